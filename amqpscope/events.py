@@ -1,0 +1,182 @@
+"""The event model: the one contract between decoding and every output.
+
+Every event is a frozen, slotted dataclass with a ``kind`` and the base keys ``packet`` (the packet
+number where it completed), ``ts`` (seconds since the epoch), ``conn`` (a stable connection id: the
+TCP flow number in order of first appearance, like tshark's tcp.stream), ``dir`` (``c2s``/``s2c``)
+and ``channel`` where it applies. Outputs never re-parse: JSONL, tables, Parquet and Spark rows
+are all derived from these definitions (``to_record``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+C2S, S2C = "c2s", "s2c"
+_HIDDEN = {"record": False}  # fields that stay in memory for renderers but are not output as is
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Event:
+    kind: ClassVar[str] = "event"
+    packet: int
+    ts: float
+    conn: int
+    dir: str | None = None
+    channel: int | None = None
+
+    def to_record(self) -> dict[str, Any]:
+        """A plain dict for JSON/CSV/Parquet: ``kind`` first, then the fields in order."""
+        rec: dict[str, Any] = {"kind": self.kind}
+        for name in _record_fields(type(self)):
+            rec[name] = getattr(self, name)
+        return rec
+
+
+_FIELDS_CACHE: dict[type, tuple[str, ...]] = {}
+
+
+def _record_fields(cls: type) -> tuple[str, ...]:
+    names = _FIELDS_CACHE.get(cls)
+    if names is None:
+        names = tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get("record", True))
+        _FIELDS_CACHE[cls] = names
+    return names
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProtocolHeader(Event):
+    kind: ClassVar[str] = "protocol-header"
+    version: str  # "0-9-1", "0-9", "0-8", "0-10", "1.0", … or "unknown (a.b.c.d)"
+    raw: str  # the 8 octets, hex
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Frame(Event):
+    """One AMQP frame. Method frames carry the decoded method; headers the content properties."""
+
+    kind: ClassVar[str] = "frame"
+    type: str  # method | header | body | heartbeat | oob-method | oob-header | oob-body | trace | unknown-N
+    size: int  # payload size as declared in the frame header
+    class_id: int | None = None
+    method_id: int | None = None
+    method: str | None = None  # "basic.publish"; "40.51" style ids when the spec does not know them
+    args: dict[str, Any] | None = None
+    body_size: int | None = None
+    properties: dict[str, Any] | None = None
+    resync: bool = False  # decoded after the stream was resynchronised (mid-stream start, gap, garbage)
+    problem: str | None = None  # a decode problem; the frame is still reported
+    payload: bytes | None = field(default=None, metadata=_HIDDEN, repr=False)  # body frames only
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Message(Event):
+    """A whole message: the content method, its header and all body frames, assembled per channel."""
+
+    kind: ClassVar[str] = "message"
+    method: str  # basic.publish | basic.deliver | basic.get-ok | basic.return
+    args: dict[str, Any]
+    properties: dict[str, Any]
+    body_size: int
+    body_received: int  # bytes seen; less than body_size when the content was cut short
+    complete: bool
+    first_packet: int
+    frames: int
+    body_sha256: str | None = None
+    body: bytes | None = field(default=None, metadata=_HIDDEN, repr=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Gap(Event):
+    """Bytes of one direction missing from the capture; nothing in them is guessed."""
+
+    kind: ClassVar[str] = "gap"
+    size: int
+    lost_frame: str | None = None  # the frame the gap cut into, when its header was seen
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Resync(Event):
+    """The frame stream was (re)found after unknown position: stream start mid-way, gap or garbage."""
+
+    kind: ClassVar[str] = "resync"
+    skipped: int  # bytes passed over before the first confirmed frame
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Malformed(Event):
+    """Bytes that could not be framed: the stream loses sync and is searched again."""
+
+    kind: ClassVar[str] = "malformed"
+    reason: str
+    offset: int  # stream offset (bytes of this direction) where the problem was seen
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Connection(Event):
+    """A connection opening (first packet seen) or closing (with everything negotiated on it)."""
+
+    kind: ClassVar[str] = "connection"
+    state: str  # "open" | "close"
+    client: str  # "address:port"
+    server: str
+    syn_seen: bool = False
+    version: str | None = None
+    ended: str | None = None  # close: "connection.close", "fin", "rst", "eof", "evicted"
+    frame_max: int | None = None
+    channel_max: int | None = None
+    heartbeat: int | None = None
+    mechanism: str | None = None
+    user: str | None = None
+    password: str | None = None  # only with show_credentials; otherwise None
+    vhost: str | None = None
+    client_product: str | None = None
+    client_version: str | None = None
+    client_platform: str | None = None
+    server_product: str | None = None
+    server_version: str | None = None
+    close_code: int | None = None
+    close_text: str | None = None
+    close_by: str | None = None  # "client" | "server"
+    frames_c2s: int = 0
+    frames_s2c: int = 0
+    bytes_c2s: int = 0
+    bytes_s2c: int = 0
+    client_properties: dict[str, Any] | None = None
+    server_properties: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Finding(Event):
+    """A check that failed: a broken rule of the spec, a frame rule, a deviation or a warning."""
+
+    kind: ClassVar[str] = "finding"
+    rule: str  # stable id, e.g. "basic.ack.multiple.exists" or "frame.end"
+    severity: str  # violation | deviation | warning | info
+    code: int | None  # the reply code a conforming peer would answer with
+    message: str
+    packets: tuple[int, ...] = ()  # every packet that proves it
+    peer_reaction: str | None = None  # what the capture shows the peer did, and whether it matched
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Accounting(Event):
+    """Where every byte of every AMQP stream went (``decode --stats``): nothing is lost silently."""
+
+    kind: ClassVar[str] = "accounting"
+    stream_bytes: int
+    frame_bytes: int
+    header_bytes: int  # protocol headers
+    gap_bytes: int
+    skipped_bytes: int  # garbage, partial frames around gaps, bytes before a resync
+    pending_bytes: int  # an incomplete frame left at the end of the capture
+    frames: int
+    packets: int
+    tcp_packets: int
+
+
+EVENT_TYPES: tuple[type[Event], ...] = (
+    ProtocolHeader, Frame, Message, Gap, Resync, Malformed, Connection, Finding, Accounting,
+)  # fmt: skip

@@ -1,0 +1,1 @@
+"""Everything that turns events into something a person or another program reads."""

@@ -1,0 +1,101 @@
+"""Streaming writers for machine formats: JSONL, JSON (one array), CSV and plain text columns."""
+
+from __future__ import annotations
+
+import csv
+import time
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from ..events import Event
+from .records import dumps, record
+from .summary import summary
+
+CSV_COLUMNS = ("kind", "packet", "ts", "conn", "dir", "channel", "type", "class_id", "method_id", "method",
+               "body_size", "summary", "args", "properties")  # fmt: skip
+
+
+class Writer:
+    def __init__(self, out: TextIO, body: str = "none") -> None:
+        self.out = out
+        self.body = body
+
+    def write(self, ev: Event, rec: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.out.flush()
+
+
+class JsonlWriter(Writer):
+    def __init__(self, out: TextIO, body: str = "none", flush_each: bool = False) -> None:
+        super().__init__(out, body)
+        self._write = out.write
+        self.flush_each = flush_each
+
+    def write(self, ev: Event, rec: dict[str, Any]) -> None:
+        self._write(dumps(rec) + "\n")
+        if self.flush_each:
+            self.out.flush()
+
+
+class JsonWriter(Writer):
+    def __init__(self, out: TextIO, body: str = "none") -> None:
+        super().__init__(out, body)
+        self.first = True
+        out.write("[")
+
+    def write(self, ev: Event, rec: dict[str, Any]) -> None:
+        self.out.write(("\n" if self.first else ",\n") + dumps(rec))
+        self.first = False
+
+    def close(self) -> None:
+        self.out.write("\n]\n")
+        super().close()
+
+
+class CsvWriter(Writer):
+    def __init__(self, out: TextIO, body: str = "none") -> None:
+        super().__init__(out, body)
+        self.csv = csv.writer(out)
+        self.csv.writerow(CSV_COLUMNS)
+
+    def write(self, ev: Event, rec: dict[str, Any]) -> None:
+        row = []
+        for col in CSV_COLUMNS:
+            if col == "summary":
+                row.append(summary(ev))
+            elif col in ("args", "properties"):
+                v = rec.get(col)
+                row.append(dumps(v) if v else "")
+            else:
+                v = rec.get(col)
+                row.append("" if v is None else v)
+        self.csv.writerow(row)
+
+
+class TableWriter(Writer):
+    """tshark-like text lines: packet, relative time, connection, direction, channel, summary."""
+
+    def __init__(self, out: TextIO, body: str = "none") -> None:
+        super().__init__(out, body)
+        self.t0: float | None = None
+
+    def write(self, ev: Event, rec: dict[str, Any]) -> None:
+        if self.t0 is None:
+            self.t0 = ev.ts
+        d = {"c2s": "C→S", "s2c": "S→C"}.get(ev.dir or "", "   ")
+        ch = "" if ev.channel is None else str(ev.channel)
+        self.out.write(f"{ev.packet:>7} {ev.ts - self.t0:>11.6f} {ev.conn:>4} {d} {ch:>5}  {summary(ev)}\n")
+
+
+WRITERS: dict[str, Callable[..., Writer]] = {
+    "jsonl": JsonlWriter, "json": JsonWriter, "csv": CsvWriter, "table": TableWriter,
+}  # fmt: skip
+
+
+def clock(ts: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(ts)) + f".{int((ts % 1) * 1e6):06d}"
+
+
+__all__ = ["WRITERS", "Writer", "clock", "record"]

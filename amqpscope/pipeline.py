@@ -1,0 +1,121 @@
+"""The pipeline: packets → segments → TCP streams → frames → events, as one pull generator.
+
+The same function serves capture files, live interfaces and Spark executors; memory stays bounded
+because every stage streams and the reassembler evicts idle flows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .capture import read_packets
+from .dissect.codec import Codec, get_codec
+from .dissect.stream import StreamAccounting
+from .events import Accounting, Event
+from .net import SegmentParser
+from .packets import RawPacket
+from .reassembly import TcpReassembler
+from .session import Options, Session
+
+
+@dataclass(slots=True)
+class RunStats:
+    """What a run saw, for summaries and the byte accounting."""
+
+    packets: int = 0
+    tcp_packets: int = 0
+    events: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    accounting: StreamAccounting = field(default_factory=StreamAccounting)
+
+    def accounting_event(self, ts: float = 0.0) -> Accounting:
+        a = self.accounting
+        return Accounting(packet=self.packets, ts=ts, conn=-1, stream_bytes=a.stream_bytes, frame_bytes=a.frame_bytes,
+                          header_bytes=a.header_bytes, gap_bytes=a.gap_bytes, skipped_bytes=a.skipped_bytes,
+                          pending_bytes=a.pending_bytes, frames=a.frames, packets=self.packets,
+                          tcp_packets=self.tcp_packets)  # fmt: skip
+
+
+def decode_packets(
+    packets: Iterable[RawPacket],
+    codec: Codec | None = None,
+    options: Options | None = None,
+    stats: RunStats | None = None,
+    stages: Iterable[Callable[[Iterator[Event]], Iterator[Event]]] = (),
+) -> Iterator[Event]:
+    """Every event of a packet sequence, in the order the packets completed them."""
+    events: Iterator[Event] = _decode(packets, codec or get_codec(), options or Options(), stats or RunStats())
+    for stage in stages:
+        events = stage(events)
+    return events
+
+
+def _decode(packets: Iterable[RawPacket], codec: Codec, options: Options, stats: RunStats) -> Iterator[Event]:
+    parser = SegmentParser()
+    parse = parser.parse
+    reasm = TcpReassembler()
+    feed = reasm.feed
+    session = Session(codec, options)
+    handle = session.handle
+    n = tcp = 0
+    error: BaseException | None = None
+    try:
+        for raw in packets:
+            n += 1
+            seg = parse(raw)
+            if seg is None:
+                continue
+            tcp += 1
+            for tev in feed(seg):
+                yield from handle(tev)
+    except GeneratorExit:
+        raise  # the consumer stopped listening: nothing more to say
+    except (Exception, KeyboardInterrupt) as exc:
+        error = exc  # a truncated file or Ctrl-C: first flush what is decoded, then re-raise
+    stats.packets, stats.tcp_packets = n, tcp
+    stats.skipped = dict(getattr(parser, "skipped", {}) or {})
+    last_ts = 0
+    for tev in reasm.finish():
+        yield from handle(tev)
+        last_ts = getattr(tev, "ts_ns", last_ts)
+    for conn in list(session.conns.values()):
+        yield from conn.close("eof", n, last_ts)
+    stats.accounting = session.accounting()
+    if error is not None:
+        raise error
+
+
+def read(
+    path: str | Path,
+    spec: str | Path | None = None,
+    ports: Iterable[int] = (5672,),
+    show_credentials: bool = False,
+) -> EventStream:
+    """Decode a capture file into events: ``for ev in amqpscope.read("x.pcap"): …``"""
+    return EventStream(path, spec, frozenset(ports), show_credentials)
+
+
+class EventStream:
+    """An iterable of the events of one capture, pleasant in a notebook."""
+
+    def __init__(self, path: str | Path, spec: str | Path | None, ports: frozenset[int], show: bool) -> None:
+        self.path = path
+        self.codec = get_codec(spec)
+        self.options = Options(ports=ports, show_credentials=show)
+
+    def __iter__(self) -> Iterator[Event]:
+        return decode_packets(read_packets(self.path), self.codec, self.options)
+
+    def records(self, kinds: Iterable[str] | None = None) -> Iterator[dict[str, Any]]:
+        wanted = set(kinds) if kinds else None
+        for ev in self:
+            if wanted is None or ev.kind in wanted:
+                yield ev.to_record()
+
+    def to_pandas(self, kinds: Iterable[str] | None = ("frame",)) -> Any:
+        import pandas as pd  # optional: only notebooks need it
+
+        return pd.DataFrame.from_records(list(self.records(kinds)))

@@ -1,0 +1,1 @@
+"""The ``amqpscope`` command line (installed as ``amqpscope.cli``)."""

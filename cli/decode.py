@@ -1,0 +1,112 @@
+"""``amqpscope decode``: captures to AMQP frames, methods and messages."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from typing import IO, Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+from amqpscope.events import Event
+from amqpscope.filter import compile_filter
+from amqpscope.output.console import ConsoleWriter
+from amqpscope.output.records import record
+from amqpscope.output.writers import WRITERS, JsonlWriter, Writer
+
+from .common import CaptureRun, input_options, load_codec, options_from, run_guarded
+
+FORMATS = ["auto", "rich", "jsonl", "json", "csv", "table"]
+
+
+def make_writer(fmt: str, body: str, verbose: bool, out: IO[str] | None = None) -> Writer:
+    out = out or sys.stdout
+    if fmt == "auto":
+        fmt = "rich" if out.isatty() else "jsonl"
+    if fmt == "rich":
+        return ConsoleWriter(Console(file=out, highlight=False), body=body, verbose=verbose)
+    return WRITERS[fmt](out, body)
+
+
+class _Progress:
+    """A progress bar on stderr for files that take more than a moment (terminal only)."""
+
+    def __init__(self, files: tuple[str, ...], enabled: bool) -> None:
+        self.enabled = enabled and sys.stderr.isatty()
+        self.files = files
+        self.bar: Progress | None = None
+        self.start = time.monotonic()
+
+    def wrap(self, events: Iterator[Event], position: Any) -> Iterator[Event]:
+        if not self.enabled:
+            yield from events
+            return
+        total = sum(_size(f) for f in self.files)
+        task = None
+        for i, ev in enumerate(events):
+            if i & 1023 == 0:
+                if self.bar is None and time.monotonic() - self.start > 1.0 and total:
+                    self.bar = Progress(TextColumn("decoding"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
+                                        console=Console(stderr=True), transient=True)  # fmt: skip
+                    self.bar.start()
+                    task = self.bar.add_task("decode", total=total)
+                if self.bar is not None and task is not None:
+                    self.bar.update(task, completed=position())
+            yield ev
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def _size(path: str) -> int:
+    try:
+        import os
+
+        return os.stat(path).st_size if path != "-" else 0
+    except OSError:
+        return 0
+
+
+@click.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(allow_dash=True))
+@input_options
+@click.option("-T", "--format", "fmt", type=click.Choice(FORMATS), default="auto", show_default=True,
+              help="Output format; auto is rich on a terminal, jsonl otherwise.")
+@click.option("-V", "--verbose", is_flag=True, help="Full tree of arguments and properties (rich view).")
+@click.option("-c", "--count", type=click.IntRange(min=1), default=None, help="Stop after reading N packets.")
+@click.option("-Y", "--filter", "display_filter", default=None, metavar="EXPR",
+              help="Display filter, e.g. 'basic.publish', 'channel == 3 and not heartbeat', 'args.reply_code >= 400'.")
+@click.option("--body", type=click.Choice(["none", "preview", "full"]), default=None,
+              help="Message bodies: text by content type, else hex (default: preview on a terminal, none otherwise).")
+@click.option("--stats", is_flag=True, help="End with an accounting record: where every stream byte went.")
+@click.option("--no-progress", is_flag=True, help="No progress bar on stderr.")
+def decode(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], show_credentials: bool, fmt: str,
+           verbose: bool, count: int | None, display_filter: str | None, body: str | None, stats: bool,
+           no_progress: bool) -> None:  # fmt: skip
+    """Decode AMQP in capture FILES (pcap, pcapng, compressed; - for stdin)."""
+
+    def run() -> int:
+        predicate = compile_filter(display_filter)
+        codec = load_codec(spec)
+        writer = make_writer(fmt, body or "none", verbose)
+        if body is None and isinstance(writer, ConsoleWriter):
+            writer.body = "preview"
+        capture = CaptureRun(files, codec, options_from(ports, show_credentials, keep_bodies=writer.body != "none"))
+        capture.max_packets = count
+        progress = _Progress(files, enabled=not no_progress and not isinstance(writer, JsonlWriter) or False)
+        try:
+            for ev in progress.wrap(capture.events(), capture.position):
+                rec = record(ev, writer.body)
+                if predicate is None or predicate(rec):
+                    writer.write(ev, rec)
+            if stats:
+                for _path, st in capture.stats:
+                    ev = st.accounting_event()
+                    writer.write(ev, record(ev))
+        finally:
+            writer.close()
+        return capture.exit_code
+
+    run_guarded(run)
