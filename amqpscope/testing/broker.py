@@ -1,0 +1,425 @@
+"""A private, loopback-only RabbitMQ node for samples, benchmarks and live tests.
+
+``PrivateBroker`` starts its own RabbitMQ node (the Debian ``rabbitmq-server``
+package) with:
+
+* its own node name (``amqpscope-<pid>-<n>@localhost``) and Erlang cookie;
+* its own AMQP port, Erlang distribution port, epmd port and CLI distribution
+  port range, all free ports searched upwards from 25672, all bound to
+  127.0.0.1 only (the node also starts its own epmd on the private port, bound
+  to loopback, so the system epmd on 4369 is neither needed nor disturbed);
+* its own data, log and config directory (a temporary directory removed at exit);
+* no plugins (no management listener);
+* users ``guest``/``guest`` (vhost ``/``; guest is loopback-only by default) and
+  ``alice``/``s3cret`` (vhost ``scope``, only resources named ``alice.*``;
+  a vhost ``private`` where alice has no permissions), as in the shared captures.
+
+Usage::
+
+    with PrivateBroker() as broker:
+        pika.ConnectionParameters("127.0.0.1", broker.port)
+        broker.ctl("list_queues")
+
+Everything it starts (the node, its epmd, the CLI tools) is stopped at exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import contextlib
+import hashlib
+import itertools
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+RABBITMQ_BIN = Path(os.environ.get("AMQPSCOPE_RABBITMQ_BIN", "/usr/lib/rabbitmq/bin"))
+"""Directory of the real RabbitMQ scripts.
+
+The ``/usr/sbin`` wrappers of the Debian package ``su`` to the ``rabbitmq`` user
+when run as root, which drops our environment: the scripts are run directly.
+"""
+
+LOOPBACK = "127.0.0.1"
+DEFAULT_PORT_BASE = 25672
+AMQP_HEADER = b"AMQP\x00\x00\x09\x01"
+
+_counter = itertools.count()
+_reserved: set[int] = set()  # ports allocated to brokers of this process (CLI ranges are not bound)
+
+
+class BrokerError(RuntimeError):
+    """The private broker could not be started or controlled."""
+
+
+def rabbitmq_available() -> bool:
+    """True when the RabbitMQ server scripts and Erlang are installed."""
+    return (RABBITMQ_BIN / "rabbitmq-server").is_file() and shutil.which("erl") is not None
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((LOOPBACK, port))
+        except OSError:
+            return False
+    # Also refuse ports something listens on via the wildcard address.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.2)
+        return s.connect_ex((LOOPBACK, port)) != 0
+
+
+def find_free_ports(count: int, start: int = DEFAULT_PORT_BASE, exclude: set[int] | None = None) -> list[int]:
+    """Return ``count`` distinct free loopback TCP ports, searching upwards from ``start``."""
+    found: list[int] = []
+    skip = exclude or set()
+    port = start
+    while len(found) < count:
+        if port > 65535:
+            raise BrokerError(f"no {count} free ports above {start}")
+        if port not in skip and _port_free(port):
+            found.append(port)
+        port += 1
+    return found
+
+
+def find_free_range(size: int, start: int, exclude: set[int]) -> int:
+    """Return the first port ``p >= start`` such that ``p .. p+size-1`` are all free."""
+    port = start
+    while port + size <= 65536:
+        block = range(port, port + size)
+        bad = [p for p in block if p in exclude or not _port_free(p)]
+        if not bad:
+            return port
+        port = bad[-1] + 1
+    raise BrokerError(f"no {size} consecutive free ports above {start}")
+
+
+def rabbit_password_hash(password: str, salt: bytes | None = None) -> str:
+    """RabbitMQ's ``rabbit_password_hashing_sha256`` hash, as used in definitions files."""
+    salt = os.urandom(4) if salt is None else salt
+    digest = hashlib.sha256(salt + password.encode("utf-8")).digest()
+    return base64.b64encode(salt + digest).decode("ascii")
+
+
+def _definitions() -> dict[str, object]:
+    algo = "rabbit_password_hashing_sha256"
+    full = {"configure": ".*", "write": ".*", "read": ".*"}
+    alice_only = {"configure": r"^alice\.", "write": r"^alice\.|^amq\.", "read": r"^alice\.|^amq\."}
+    return {
+        "users": [
+            {
+                "name": "guest",
+                "password_hash": rabbit_password_hash("guest"),
+                "hashing_algorithm": algo,
+                "tags": ["administrator"],
+                "limits": {},
+            },
+            {
+                "name": "alice",
+                "password_hash": rabbit_password_hash("s3cret"),
+                "hashing_algorithm": algo,
+                "tags": [],
+                "limits": {},
+            },
+        ],
+        "vhosts": [{"name": "/"}, {"name": "scope"}, {"name": "private"}],
+        "permissions": [
+            {"user": "guest", "vhost": "/", **full},
+            {"user": "guest", "vhost": "scope", **full},
+            {"user": "guest", "vhost": "private", **full},
+            {"user": "alice", "vhost": "scope", **alice_only},
+        ],
+        "topic_permissions": [],
+        "parameters": [],
+        "global_parameters": [],
+        "policies": [],
+        "queues": [],
+        "exchanges": [],
+        "bindings": [],
+    }
+
+
+class PrivateBroker:
+    """Context manager running a private loopback-only RabbitMQ node.
+
+    Attributes available once started: ``port`` (AMQP), ``node`` (Erlang node name),
+    ``dist_port``, ``epmd_port``, ``base_dir``, ``startup_seconds``.
+    """
+
+    def __init__(
+        self,
+        port: int | None = None,
+        *,
+        port_base: int = DEFAULT_PORT_BASE,
+        startup_timeout: float = 60.0,
+        extra_config: str = "",
+        keep_dir: bool = False,
+    ) -> None:
+        self._requested_port = port
+        self._port_base = port_base
+        self._startup_timeout = startup_timeout
+        self._extra_config = extra_config
+        self._keep_dir = keep_dir
+        self.node = f"amqpscope-{os.getpid()}-{next(_counter)}@localhost"
+        self.port = 0
+        self.dist_port = 0
+        self.epmd_port = 0
+        self.ctl_dist_min = 0
+        self.base_dir: Path | None = None
+        self.startup_seconds = 0.0
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._env: dict[str, str] = {}
+        self._stdout: Path | None = None
+        self._ports: set[int] = set()
+
+    # -- context manager -------------------------------------------------
+
+    def __enter__(self) -> PrivateBroker:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # -- public API ------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """AMQP URL for guest on vhost ``/``."""
+        return f"amqp://guest:guest@{LOOPBACK}:{self.port}/%2F"
+
+    def start(self) -> None:
+        """Start the node and wait until its AMQP listener answers (``startup_seconds``)."""
+        if self._proc is not None:
+            raise BrokerError("broker already started")
+        if not rabbitmq_available():
+            raise BrokerError("rabbitmq-server is not installed (run tools/install-system-deps.sh)")
+        t0 = time.monotonic()
+        # A port found free may be taken before the node binds it (parallel test runs):
+        # with automatically chosen ports, try again further up.
+        attempts = 1 if self._requested_port is not None else 3
+        for attempt in range(attempts):
+            try:
+                self._start_once()
+                break
+            except BrokerError:
+                if attempt == attempts - 1:
+                    raise
+                self._port_base = self.ctl_dist_min + 11
+        self.startup_seconds = time.monotonic() - t0
+        atexit.register(self.stop)
+
+    def _start_once(self) -> None:
+        t0 = time.monotonic()
+        self._allocate_ports()
+        self.base_dir = Path(tempfile.mkdtemp(prefix="amqpscope-broker-"))
+        self._write_files()
+        self._stdout = self.base_dir / "stdout.log"
+        with open(self._stdout, "wb") as out:
+            self._proc = subprocess.Popen(
+                [str(RABBITMQ_BIN / "rabbitmq-server")],
+                env=self._env,
+                cwd=self.base_dir,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        try:
+            self._wait_ready(t0)
+        except BaseException:
+            self.stop()
+            raise
+
+    def ctl(self, *args: str, check: bool = True, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+        """Run ``rabbitmqctl -n NODE ARGS...`` against this broker."""
+        return self._cli("rabbitmqctl", *args, check=check, timeout=timeout)
+
+    def diagnostics(self, *args: str, check: bool = True, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+        """Run ``rabbitmq-diagnostics -n NODE ARGS...`` against this broker."""
+        return self._cli("rabbitmq-diagnostics", *args, check=check, timeout=timeout)
+
+    def stop(self) -> None:
+        """Stop the node (SIGTERM, then SIGKILL), its epmd, and remove its directory."""
+        atexit.unregister(self.stop)
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    with contextlib.suppress(ProcessLookupError):
+                        proc.kill()
+                    proc.wait(timeout=10)
+            # Leftovers of the node's process group (erl_child_setup, inet_gethost...).
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        self._kill_epmd()
+        self._release_ports()
+        if self.base_dir is not None and not self._keep_dir:
+            shutil.rmtree(self.base_dir, ignore_errors=True)
+            self.base_dir = None
+
+    def log_text(self) -> str:
+        """Startup output and node log, for error messages."""
+        parts: list[str] = []
+        if self._stdout is not None and self._stdout.exists():
+            parts.append(self._stdout.read_text(errors="replace"))
+        if self.base_dir is not None:
+            for log in sorted((self.base_dir / "log").glob("*.log")):
+                parts.append(f"--- {log.name}\n{log.read_text(errors='replace')}")
+        return "\n".join(parts)
+
+    # -- internals -------------------------------------------------------
+
+    def _allocate_ports(self) -> None:
+        self._release_ports()
+        taken: set[int] = set(_reserved)
+        if self._requested_port is not None:
+            self.port = self._requested_port
+        else:
+            (self.port,) = find_free_ports(1, self._port_base, taken)
+        taken.add(self.port)
+        self.dist_port, self.epmd_port = find_free_ports(2, self.port + 1, taken)
+        taken |= {self.dist_port, self.epmd_port}
+        # rabbitmqctl's own (hidden) node needs a listen port range for distribution.
+        self.ctl_dist_min = find_free_range(11, self.epmd_port + 1, taken)
+        self._ports = {self.port, self.dist_port, self.epmd_port, *range(self.ctl_dist_min, self.ctl_dist_min + 11)}
+        _reserved.update(self._ports)
+
+    def _release_ports(self) -> None:
+        _reserved.difference_update(self._ports)
+        self._ports = set()
+
+    def _write_files(self) -> None:
+        assert self.base_dir is not None
+        base = self.base_dir
+        for sub in ("mnesia", "log", "plugins-expand", "home"):
+            (base / sub).mkdir()
+        cookie = base / "home" / ".erlang.cookie"
+        cookie.write_text(base64.b32encode(os.urandom(20)).decode("ascii").rstrip("="))
+        cookie.chmod(0o400)
+        (base / "enabled_plugins").write_text("[].\n")
+        (base / "definitions.json").write_text(json.dumps(_definitions(), indent=1))
+        (base / "rabbitmq-env.conf").write_text("# intentionally empty: environment is set by PrivateBroker\n")
+        config = "\n".join(
+            [
+                f"listeners.tcp.1 = 127.0.0.1:{self.port}",
+                "listeners.ssl = none",
+                "loopback_users.guest = true",
+                f"load_definitions = {base / 'definitions.json'}",
+                "log.file.level = info",
+                "log.console = false",
+                # Tiny test boxes: never block publishers because of disk or memory.
+                "disk_free_limit.absolute = 1MB",
+                "vm_memory_high_watermark.relative = 0.8",
+                self._extra_config,
+                "",
+            ]
+        )
+        (base / "rabbitmq.conf").write_text(config)
+        dist_args = "-kernel inet_dist_use_interface {127,0,0,1}"
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("RABBITMQ_", "ERL_"))}
+        env.update(
+            {
+                "HOME": str(base / "home"),
+                "RABBITMQ_NODENAME": self.node,
+                "RABBITMQ_USE_LONGNAME": "false",
+                "RABBITMQ_NODE_IP_ADDRESS": LOOPBACK,
+                "RABBITMQ_NODE_PORT": str(self.port),
+                "RABBITMQ_DIST_PORT": str(self.dist_port),
+                "RABBITMQ_CTL_DIST_PORT_MIN": str(self.ctl_dist_min),
+                "RABBITMQ_CTL_DIST_PORT_MAX": str(self.ctl_dist_min + 10),
+                "RABBITMQ_CTL_ERL_ARGS": dist_args,
+                "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": dist_args,
+                "ERL_EPMD_PORT": str(self.epmd_port),
+                "ERL_EPMD_ADDRESS": LOOPBACK,
+                "RABBITMQ_CONF_ENV_FILE": str(base / "rabbitmq-env.conf"),
+                "RABBITMQ_CONFIG_FILE": str(base / "rabbitmq.conf"),
+                "RABBITMQ_ADVANCED_CONFIG_FILE": str(base / "advanced.config"),
+                "RABBITMQ_MNESIA_BASE": str(base / "mnesia"),
+                "RABBITMQ_LOG_BASE": str(base / "log"),
+                "RABBITMQ_ENABLED_PLUGINS_FILE": str(base / "enabled_plugins"),
+                "RABBITMQ_PLUGINS_EXPAND_DIR": str(base / "plugins-expand"),
+                "RABBITMQ_PID_FILE": str(base / "rabbitmq.pid"),
+                "RABBITMQ_ALLOW_INPUT": "",
+            }
+        )
+        self._env = env
+
+    def _cli(self, tool: str, *args: str, check: bool, timeout: float) -> subprocess.CompletedProcess[str]:
+        if not self.node or not self._env:
+            raise BrokerError("broker not started")
+        cmd = [str(RABBITMQ_BIN / tool), "-q", "-n", self.node, *args]
+        res = subprocess.run(
+            cmd,
+            env=self._env,
+            cwd=self.base_dir,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if check and res.returncode != 0:
+            raise BrokerError(f"{tool} {' '.join(args)} failed ({res.returncode}):\n{res.stdout}\n{res.stderr}")
+        return res
+
+    def _amqp_ready(self) -> bool:
+        """True when the listener answers the protocol header with connection.start."""
+        try:
+            with socket.create_connection((LOOPBACK, self.port), timeout=1.0) as s:
+                s.sendall(AMQP_HEADER)
+                data = s.recv(7)
+        except OSError:
+            return False
+        # Method frame (type 1) on channel 0.
+        return len(data) >= 3 and data[0] == 1 and data[1:3] == b"\x00\x00"
+
+    def _wait_ready(self, t0: float) -> None:
+        assert self._proc is not None
+        deadline = t0 + self._startup_timeout
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise BrokerError(
+                    f"rabbitmq-server exited with {self._proc.returncode} during startup:\n" + self.log_text()[-4000:]
+                )
+            if self._amqp_ready():
+                return
+            time.sleep(0.05)
+        raise BrokerError(
+            f"rabbitmq-server did not accept AMQP on {LOOPBACK}:{self.port} "
+            f"within {self._startup_timeout:.0f}s:\n" + self.log_text()[-4000:]
+        )
+
+    def _kill_epmd(self) -> None:
+        if not self.epmd_port:
+            return
+        epmd = shutil.which("epmd") or "/usr/lib/erlang/bin/epmd"
+        if not os.path.exists(epmd):
+            return
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "ERL_EPMD_PORT": str(self.epmd_port)}
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run(
+                [epmd, "-port", str(self.epmd_port), "-kill"],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=10,
+            )

@@ -1,0 +1,19 @@
+"""Shared test setup: the private RabbitMQ fixture and where the shared material lives."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["tests.conftest_broker"]
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+CAPTURES = SHARED / "captures"
+
+
+@pytest.fixture(scope="session")
+def captures_dir() -> Path:
+    if not CAPTURES.is_dir():
+        pytest.skip(f"shared captures not found at {CAPTURES}")
+    return CAPTURES
