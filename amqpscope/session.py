@@ -88,6 +88,10 @@ class Conn:
         self.contents: dict[tuple[str, int], _Content] = {}
         self.close_seen = False
         self.last_packet, self.last_ts = ev.packet, ev.ts_ns
+        self._decode_method = sess.codec.decode_method
+        self._decode_header = sess.codec.decode_header
+        self._keep_bodies = sess.options.keep_bodies
+        self._max_kept = sess.options.max_body_kept
 
     # --- direction ------------------------------------------------------------------------------
 
@@ -162,8 +166,8 @@ class Conn:
     def _infer_direction(self, src: Endpoint, items: list[StreamItem]) -> None:
         """Mid-stream without a known port: the chassis of the first methods tells who sent them."""
         for item in items:
-            if isinstance(item, FrameItem) and item.frame.type == FRAME_METHOD and len(item.frame.payload) >= 4:
-                p = item.frame.payload
+            if isinstance(item, FrameItem) and item.type == FRAME_METHOD and len(item.payload) >= 4:
+                p = item.payload
                 m = self.sess.codec.method((p[0] << 8) | p[1], (p[2] << 8) | p[3])
                 if m is None:
                     continue
@@ -208,63 +212,58 @@ class Conn:
         return out
 
     def _frame(self, d: str, item: FrameItem) -> list[Event]:
-        f = item.frame
-        ts = item.ts_ns / 1e9
-        self.frames[d] += 1
-        ftype = f.type
+        ftype, channel, payload, packet, ts_ns, resync = item
+        ts = ts_ns / 1e9
         if ftype == FRAME_METHOD:
-            dm = self.sess.codec.decode_method(f.payload)
-            args = dm.args
-            name = dm.name
-            if name in _SECRET_ARGS or name == "connection.open":
+            class_id, method_id, name, method, args, problem = self._decode_method(payload)
+            if method is not None and class_id == 10:
                 args = self._negotiation(name, args, d)
-            elif dm.method is not None and dm.method.class_index == 10:
-                self._negotiation(name, args, d)
-            ev = Frame(packet=item.packet, ts=ts, conn=self.id, dir=d, channel=f.channel, type="method",
-                       size=len(f.payload), class_id=dm.class_id, method_id=dm.method_id, method=name,
-                       args=args, resync=item.resync, problem=dm.problem)  # fmt: skip
-            out: list[Event] = [ev]
-            if dm.method is not None and dm.method.content:
-                key = (d, f.channel)
-                prev = self.contents.pop(key, None)
-                if prev is not None:
-                    out.append(self._message(d, f.channel, prev, item.packet, item.ts_ns, complete=False))
-                self.contents[key] = _Content(name, args, item.packet)
-            return out
-        if ftype == FRAME_HEADER:
-            dh = self.sess.codec.decode_header(f.payload)
-            ev = Frame(packet=item.packet, ts=ts, conn=self.id, dir=d, channel=f.channel, type="header",
-                       size=len(f.payload), class_id=dh.class_id, body_size=dh.body_size,
-                       properties=dh.properties, resync=item.resync, problem=dh.problem)  # fmt: skip
-            content = self.contents.get((d, f.channel))
-            if content is None or content.properties is not None:
+            ev = Frame(packet=packet, ts=ts, conn=self.id, dir=d, channel=channel, type="method",
+                       size=len(payload), class_id=class_id, method_id=method_id, method=name,
+                       args=args, resync=resync, problem=problem)  # fmt: skip
+            if method is None or not method.content:
                 return [ev]
-            content.properties = dh.properties
-            content.body_size = dh.body_size
-            content.frames += 1
-            content.sha = hashlib.sha256()
-            if dh.body_size == 0:
-                del self.contents[(d, f.channel)]
-                return [ev, self._message(d, f.channel, content, item.packet, item.ts_ns, complete=True)]
-            return [ev]
+            out: list[Event] = [ev]
+            key = (d, channel)
+            prev = self.contents.pop(key, None)
+            if prev is not None:
+                out.append(self._message(d, channel, prev, packet, ts_ns, complete=False))
+            self.contents[key] = _Content(name, args, packet)
+            return out
         if ftype == FRAME_BODY:
-            ev = Frame(packet=item.packet, ts=ts, conn=self.id, dir=d, channel=f.channel, type="body",
-                       size=len(f.payload), resync=item.resync, payload=f.payload)  # fmt: skip
-            content = self.contents.get((d, f.channel))
+            ev = Frame(packet=packet, ts=ts, conn=self.id, dir=d, channel=channel, type="body",
+                       size=len(payload), resync=resync, payload=payload)  # fmt: skip
+            content = self.contents.get((d, channel))
             if content is None or content.properties is None:
                 return [ev]
             content.frames += 1
-            content.received += len(f.payload)
-            content.sha.update(f.payload)
-            if self.sess.options.keep_bodies and content.received <= self.sess.options.max_body_kept:
-                content.chunks.append(f.payload)
+            content.received += len(payload)
+            content.sha.update(payload)
+            if self._keep_bodies and content.received <= self._max_kept:
+                content.chunks.append(payload)
             if content.received >= content.body_size:
-                del self.contents[(d, f.channel)]
-                return [ev, self._message(d, f.channel, content, item.packet, item.ts_ns, complete=True)]
+                del self.contents[(d, channel)]
+                return [ev, self._message(d, channel, content, packet, ts_ns, complete=True)]
+            return [ev]
+        if ftype == FRAME_HEADER:
+            class_id, _weight, body_size, props, problem = self._decode_header(payload)
+            ev = Frame(packet=packet, ts=ts, conn=self.id, dir=d, channel=channel, type="header",
+                       size=len(payload), class_id=class_id, body_size=body_size,
+                       properties=props, resync=resync, problem=problem)  # fmt: skip
+            content = self.contents.get((d, channel))
+            if content is None or content.properties is not None:
+                return [ev]
+            content.properties = props
+            content.body_size = body_size
+            content.frames += 1
+            content.sha = hashlib.sha256()
+            if body_size == 0:
+                del self.contents[(d, channel)]
+                return [ev, self._message(d, channel, content, packet, ts_ns, complete=True)]
             return [ev]
         name = "heartbeat" if ftype == FRAME_HEARTBEAT else FRAME_TYPE_NAMES.get(ftype, f"unknown-{ftype}")
-        return [Frame(packet=item.packet, ts=ts, conn=self.id, dir=d, channel=f.channel, type=name,
-                      size=len(f.payload), resync=item.resync)]  # fmt: skip
+        return [Frame(packet=packet, ts=ts, conn=self.id, dir=d, channel=channel, type=name,
+                      size=len(payload), resync=resync)]  # fmt: skip
 
     def _message(self, d: str, channel: int, c: _Content, packet: int, ts_ns: int, complete: bool) -> Message:
         body = b"".join(c.chunks) if c.chunks else (b"" if c.properties is not None else None)

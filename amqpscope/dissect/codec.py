@@ -61,6 +61,11 @@ class Codec:
         self._by_name = {e.method.full_name: e for e in self._entries.values()}
         self._pdec: dict[int, Any] = dict(module.PROPERTY_DECODERS)
         self._penc: dict[int, Any] = dict(module.PROPERTY_ENCODERS)
+        self._nprops = {c.index: len(c.properties) for c in spec.classes}
+        # flag bits the first flag word may set without a problem (plus the continuation bit)
+        self._allowed = {
+            c.index: sum(1 << (15 - b) for b in range(min(15, len(c.properties)))) | 1 for c in spec.classes
+        }
 
     # --- decoding -------------------------------------------------------------------------------
 
@@ -100,8 +105,8 @@ class Codec:
         if decode is None:
             problem = None if words == [0] else f"no content properties are defined for class {class_id}"
             return DecodedHeader(class_id, weight, body_size, {}, problem)
-        known = len(self.spec.find_class(class_id).properties)
-        problem = _unknown_flags(words, known)
+        allowed = self._allowed.get(class_id, 0xFFFF)
+        problem = None if (len(words) == 1 and not words[0] & ~allowed) else _unknown_flags(words, self._nprops[class_id])
         try:
             props, end = decode(payload, off, words)
         except _DECODE_ERRORS as exc:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+import struct
 from typing import NamedTuple
 
 from .wire import (
@@ -44,7 +45,9 @@ class HeaderItem(NamedTuple):
 
 
 class FrameItem(NamedTuple):
-    frame: RawFrame
+    type: int
+    channel: int
+    payload: bytes
     packet: int
     ts_ns: int
     resync: bool
@@ -111,6 +114,7 @@ class FrameStream:
         self.version: str | None = None
         self.accounting = StreamAccounting()
         self.synced_once = at_start
+        self._base_end_of_older = 0
 
     # --- input ----------------------------------------------------------------------------------
 
@@ -132,11 +136,15 @@ class FrameStream:
             self._skip_left = 0
             self._state = _SYNC
         buf = self._buf + data if self._buf else data
+        self._base_end_of_older = len(buf) - len(data)  # frames ending after this are the new chunk's
         self._chunks.append((self._base + len(buf), packet, ts_ns))
         out: list[StreamItem] = []
         off = self._run(buf, 0, out)
         self._buf = buf[off:]
         self._base += off
+        chunks = self._chunks
+        while len(chunks) > 1 and chunks[0][0] <= self._base:
+            chunks.popleft()  # fully consumed: no frame can end in it any more
         return out
 
     def gap(self, size: int, packet: int, ts_ns: int) -> list[StreamItem]:
@@ -184,6 +192,7 @@ class FrameStream:
                 out.append(ResyncItem(start, self._lost_reason, *self._where(self._base)))
                 self._state = _SYNC
                 buf = buf[start:]
+                self._base_end_of_older = len(buf)  # attribute every frame through _where
                 off = self._run(buf, 0, out)
                 buf = buf[off:]
         self.accounting.pending_bytes += len(buf)
@@ -211,19 +220,9 @@ class FrameStream:
                             acc.skipped_bytes += len(buf) - off
                             return len(buf)
                         continue
-                r = decode_frame(buf, off, self.max_frame)
-                if type(r) is RawFrame:
-                    end = r.end
-                    packet, ts_ns = self._where(self._base + end)
-                    out.append(FrameItem(r, packet, ts_ns, self._resynced))
-                    acc.frame_bytes += end - off
-                    acc.frames += 1
-                    off = end
-                    continue
-                if type(r) is NeedMore:
+                off = self._frames(buf, off, out)
+                if self._state == _SYNC:
                     return off
-                out.append(MalformedItem(r.reason, self._base + off, *self._where(self._base + off + 1)))
-                self._lose(r.reason)
             elif self._state == _LOST:
                 start = self._find_boundary(buf, off, final=False)
                 if start is None:
@@ -239,6 +238,39 @@ class FrameStream:
             else:  # _DEAD (or _SKIP, which feed() resolves before calling us)
                 acc.skipped_bytes += len(buf) - off
                 return len(buf)
+
+    def _frames(self, buf: bytes, off: int, out: list[StreamItem]) -> int:
+        """The in-sync fast path: frames back to back. Returns where the next frame starts; leaves
+        the stream lost (after a malformed item) when the bytes at that offset do not frame."""
+        unpack = _HDR.unpack_from
+        n = len(buf)
+        limit = self.max_frame
+        resync = self._resynced
+        append = out.append
+        frames = 0
+        start = off
+        # frames completed by the newest chunk end in it; earlier chunks only matter after a resync
+        _, packet, ts_ns = self._chunks[-1]
+        while n - off >= 8:
+            ftype, channel, size = unpack(buf, off)
+            end = off + 7 + size
+            if size > limit or end >= n or buf[end] != 0xCE:
+                if size > limit or (end < n and buf[end] != 0xCE):
+                    reason = (f"declared frame size {size} exceeds the limit of {limit}" if size > limit
+                              else f"frame-end octet is 0x{buf[end]:02x}, not 0xce")  # fmt: skip
+                    out.append(MalformedItem(reason, self._base + off, *self._where(self._base + off + 1)))
+                    self._lose(reason)
+                break
+            if end + 1 > self._base_end_of_older:
+                p, t = packet, ts_ns
+            else:
+                p, t = self._where(self._base + end + 1)
+            append(FrameItem(ftype, channel, buf[off + 7 : end], p, t, resync))
+            frames += 1
+            off = end + 1
+        self.accounting.frame_bytes += off - start
+        self.accounting.frames += frames
+        return off
 
     def _lose(self, reason: str) -> None:
         self._state = _LOST
@@ -311,6 +343,7 @@ class FrameStream:
         return packet, ts_ns
 
 
+_HDR = struct.Struct(">BHI")
 _TYPES = frozenset((FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT))
 
 

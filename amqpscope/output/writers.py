@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from ..events import Event
-from .records import dumps, record
+from .records import dumpb, dumps, record
 from .summary import summary
 
 CSV_COLUMNS = ("kind", "packet", "ts", "conn", "dir", "channel", "type", "class_id", "method_id", "method",
@@ -30,13 +30,23 @@ class Writer:
 class JsonlWriter(Writer):
     def __init__(self, out: TextIO, body: str = "none", flush_each: bool = False) -> None:
         super().__init__(out, body)
-        self._write = out.write
+        buffer = getattr(out, "buffer", None)
+        if buffer is not None:
+            out.flush()
+            self._write = lambda rec: buffer.write(dumpb(rec) + b"\n")
+            self._flush = buffer.flush
+        else:  # a text stream without bytes underneath (tests, StringIO)
+            self._write = lambda rec: out.write(dumps(rec) + "\n")
+            self._flush = out.flush
         self.flush_each = flush_each
 
     def write(self, ev: Event, rec: dict[str, Any]) -> None:
-        self._write(dumps(rec) + "\n")
+        self._write(rec)
         if self.flush_each:
-            self.out.flush()
+            self._flush()
+
+    def close(self) -> None:
+        self._flush()
 
 
 class JsonWriter(Writer):
