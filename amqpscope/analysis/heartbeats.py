@@ -1,0 +1,132 @@
+"""Heartbeat and connection-end analysis: negotiated interval against observed silence.
+
+Any frame counts as activity (the spec: a peer may treat any octet as a heartbeat), so the
+silence of a direction is the longest gap between its frames after tune-ok, up to the end of
+the connection. A direction silent for more than two intervals is one the receiving peer should
+have closed for missed heartbeats. Connections ending on FIN or RST without connection.close are
+told apart from clean closes and from closes that never got their close-ok.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..events import C2S, S2C, Connection, Frame
+from .common import MAX_LISTED
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResult:
+    conn: int
+    client: str
+    server: str
+    proposed: int | None  # connection.tune heartbeat (server's proposal)
+    negotiated: int | None  # connection.tune-ok heartbeat; 0 = off
+    heartbeats_c2s: int
+    heartbeats_s2c: int
+    max_silence_c2s: float | None  # seconds
+    max_silence_s2c: float | None
+    missed: tuple[str, ...]  # directions silent > 2 intervals
+    ended: str | None  # connection.close | fin | rst | eof | evicted
+    close_ok: bool
+    close_by: str | None
+    verdict: str
+
+
+@dataclass(slots=True)
+class _Conn:
+    proposed: int | None = None
+    negotiated: int | None = None
+    since: float | None = None  # tune-ok time: silence is measured from here
+    last: dict[str, float] = field(default_factory=dict)
+    silence: dict[str, float] = field(default_factory=dict)
+    beats: dict[str, int] = field(default_factory=lambda: {C2S: 0, S2C: 0})
+    close_seen: bool = False
+    close_ok: bool = False
+
+
+class HeartbeatAnalyzer:
+    def __init__(self) -> None:
+        self.conns: dict[int, _Conn] = {}
+        self.results: list[HeartbeatResult] = []
+        self.counts: dict[str, int] = {}
+        self.total = 0
+
+    def _c(self, conn: int) -> _Conn:
+        c = self.conns.get(conn)
+        if c is None:
+            c = self.conns[conn] = _Conn()
+        return c
+
+    def feed(self, ev: Frame, conn: int) -> None:
+        c = self._c(conn)
+        d = ev.dir or C2S
+        if ev.type == "heartbeat":
+            c.beats[d] = c.beats.get(d, 0) + 1
+        if c.since is not None:
+            self._gap(c, d, ev.ts)
+        m = ev.method
+        if m == "connection.tune":
+            c.proposed = (ev.args or {}).get("heartbeat")
+        elif m == "connection.tune-ok":
+            c.negotiated = (ev.args or {}).get("heartbeat")
+            c.since = ev.ts
+            c.last = {C2S: ev.ts, S2C: ev.ts}
+        elif m == "connection.close":
+            c.close_seen = True
+        elif m == "connection.close-ok":
+            c.close_ok = True
+
+    @staticmethod
+    def _gap(c: _Conn, d: str, ts: float) -> None:
+        prev = c.last.get(d)
+        if prev is not None:
+            c.silence[d] = max(c.silence.get(d, 0.0), ts - prev)
+        c.last[d] = ts
+
+    def connection_ended(self, ev: Connection, conn: int) -> None:
+        c = self.conns.pop(conn, None) or _Conn()
+        if c.since is not None and ev.ended not in ("connection.close", "eof"):
+            # a peer that goes silent until TCP dies: the silence runs to the end of the connection
+            for d in (C2S, S2C):
+                self._gap(c, d, ev.ts)
+        hb = c.negotiated
+        missed: tuple[str, ...] = ()
+        if hb:
+            missed = tuple(d for d in (C2S, S2C) if c.silence.get(d, 0.0) > 2 * hb)
+        verdict = _verdict(hb, missed, ev.ended, c.close_seen, c.close_ok)
+        self.counts[verdict] = self.counts.get(verdict, 0) + 1
+        self.total += 1
+        if len(self.results) < MAX_LISTED:
+            self.results.append(HeartbeatResult(
+                conn, ev.client, ev.server, c.proposed, hb, c.beats.get(C2S, 0), c.beats.get(S2C, 0),
+                _round(c.silence.get(C2S)), _round(c.silence.get(S2C)), missed, ev.ended, c.close_ok,
+                ev.close_by, verdict))  # fmt: skip
+
+    def result(self) -> dict[str, Any]:
+        return {
+            "connections": [dict(asdict(r), missed=list(r.missed)) for r in self.results],
+            "verdicts": dict(sorted(self.counts.items())),
+            "heartbeat_frames": sum(r.heartbeats_c2s + r.heartbeats_s2c for r in self.results),
+        }
+
+
+def _round(v: float | None) -> float | None:
+    return None if v is None else round(v, 6)
+
+
+def _verdict(hb: int | None, missed: tuple[str, ...], ended: str | None, close: bool, close_ok: bool) -> str:
+    if missed:
+        # c2s silent: the server should have closed; s2c silent: the client should have
+        who = " and ".join("server" if d == C2S else "client" for d in missed)
+        return f"missed heartbeats ({who} should have closed)"
+    if ended == "eof":
+        return "open at end of capture"
+    if close and close_ok:
+        return "clean close"
+    if close:
+        return f"connection.close without close-ok, then {ended if ended != 'connection.close' else 'TCP close'}"
+    if ended in ("fin", "rst"):
+        return f"{ended.upper()} without connection.close"
+    return f"ended: {ended}"

@@ -1,0 +1,257 @@
+"""One streaming pass over decoded events that feeds every analysis and builds the report.
+
+``Analyzer.feed`` does O(1) work per event (plus the size of what a close or a multiple ack
+settles); ``Analyzer.report()`` returns a JSON-ready dict. Several capture files can be fed in
+turn: ``next_file()`` shifts connection ids so that connection 0 of the second file is not
+mistaken for connection 0 of the first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from ..dissect.codec import get_codec
+from ..dissect.spec import Spec
+from ..events import C2S, Connection, Event, Finding, Frame, Message
+from .audit import SecurityAudit
+from .common import MAX_LISTED
+from .confirms import ConfirmLedger
+from .deliveries import DeliveryLedger
+from .heartbeats import HeartbeatAnalyzer
+from .percentiles import TimeSeries
+from .rpc import RpcPairing
+from .tracing import Tracer
+
+# Methods whose arguments name a queue, exchange or routing key worth counting.
+QUEUE_METHODS = ("queue.declare", "queue.bind", "queue.unbind", "queue.purge", "queue.delete", "basic.consume",
+                 "basic.get")  # fmt: skip
+MAX_NAMES = 10_000  # distinct exchange/queue/routing-key names kept; the rest are counted as "(other)"
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionSummary:
+    conn: int
+    file: int
+    client: str
+    server: str
+    client_product: str | None
+    client_version: str | None
+    user: str | None
+    vhost: str | None
+    mechanism: str | None
+    frame_max: int | None
+    channel_max: int | None
+    heartbeat: int | None
+    close_code: int | None
+    close_text: str | None
+    close_by: str | None
+    ended: str | None
+    start: float
+    end: float
+    frames_c2s: int
+    frames_s2c: int
+    bytes_c2s: int
+    bytes_s2c: int
+    channels_opened: int
+
+
+class _Names:
+    """Counts per name with a bounded number of names."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+
+    def add(self, name: str) -> None:
+        if name in self.counts or len(self.counts) < MAX_NAMES:
+            self.counts[name] = self.counts.get(name, 0) + 1
+        else:
+            self.counts["(other)"] = self.counts.get("(other)", 0) + 1
+
+    def top(self, duration: float, n: int = 50) -> list[dict[str, Any]]:
+        items = sorted(self.counts.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
+        return [{"name": k, "count": v, "rate_per_s": round(v / duration, 3) if duration > 0 else None}
+                for k, v in items]  # fmt: skip
+
+
+class Analyzer:
+    def __init__(self, spec: Spec | None = None) -> None:
+        self.spec = spec or get_codec().spec
+        self.rpc = RpcPairing(self.spec)
+        self.confirms = ConfirmLedger()
+        self.deliveries = DeliveryLedger()
+        self.heartbeats = HeartbeatAnalyzer()
+        self.tracer = Tracer()
+        self.audit = SecurityAudit()
+        self.methods: dict[str, int] = {}
+        self.frame_types: dict[str, int] = {}
+        self.findings: dict[str, int] = {}
+        self.findings_by_severity: dict[str, int] = {}
+        self.exchanges = _Names()
+        self.queues = _Names()
+        self.routing_keys = _Names()
+        self.reply_codes: dict[str, int] = {}
+        self.events = 0
+        self.gaps = 0
+        self.malformed = 0
+        self.resyncs = 0
+        self.first_ts: float | None = None
+        self.last_ts: float | None = None
+        self.connections: list[ConnectionSummary] = []
+        self.connections_total = 0
+        self.channels_opened = 0
+        self._open: dict[int, tuple[float, int]] = {}  # conn → (first ts, channels opened)
+        self._file = 0
+        self._offset = 0
+        self._max_conn = -1
+        self.series = {name: TimeSeries() for name in ("publish", "deliver", "ack")}
+        self.body_bytes = 0
+        self.messages = 0
+
+    def next_file(self) -> None:
+        """Start a new capture file: its connection ids follow on from this one's."""
+        self._file += 1
+        self._offset = self._max_conn + 1
+
+    def feed_all(self, events: Iterable[Event]) -> Analyzer:
+        for ev in events:
+            self.feed(ev)
+        return self
+
+    def feed(self, ev: Event) -> None:
+        self.events += 1
+        conn = ev.conn + self._offset if ev.conn >= 0 else ev.conn
+        if conn > self._max_conn:
+            self._max_conn = conn
+        ts = ev.ts
+        if ts:
+            self.first_ts = ts if self.first_ts is None else min(self.first_ts, ts)
+            self.last_ts = ts if self.last_ts is None else max(self.last_ts, ts)
+        if isinstance(ev, Frame):
+            self._frame(ev, conn)
+        elif isinstance(ev, Message):
+            self.messages += 1
+            self.body_bytes += ev.body_size
+            self.tracer.feed(ev, conn)
+            self.confirms.feed_message(ev, conn)
+            if ev.method == "basic.return":
+                self._reply_code("basic.return", ev.args.get("reply_code"))
+        elif isinstance(ev, Connection):
+            self._connection(ev, conn)
+        elif isinstance(ev, Finding):
+            self.findings[ev.rule] = self.findings.get(ev.rule, 0) + 1
+            self.findings_by_severity[ev.severity] = self.findings_by_severity.get(ev.severity, 0) + 1
+        elif ev.kind == "gap":
+            self.gaps += 1
+        elif ev.kind == "malformed":
+            self.malformed += 1
+        elif ev.kind == "resync":
+            self.resyncs += 1
+
+    def _frame(self, ev: Frame, conn: int) -> None:
+        self.frame_types[ev.type] = self.frame_types.get(ev.type, 0) + 1
+        self.heartbeats.feed(ev, conn)
+        method = ev.method
+        if ev.type != "method" or method is None:
+            return
+        self.methods[method] = self.methods.get(method, 0) + 1
+        args = ev.args or {}
+        self.rpc.feed(ev, conn)
+        self.confirms.feed_frame(ev, conn)
+        self.deliveries.feed(ev, conn)
+        if method == "basic.publish":
+            self.exchanges.add(str(args.get("exchange", "")) or "(default)")
+            self.routing_keys.add(str(args.get("routing_key", "")))
+            self.series["publish"].add(ev.ts)
+        elif method in ("basic.deliver", "basic.get-ok"):
+            self.series["deliver"].add(ev.ts)
+        elif method in ("basic.ack", "basic.nack", "basic.reject") and ev.dir == C2S:
+            self.series["ack"].add(ev.ts)
+        elif method in QUEUE_METHODS and args.get("queue"):
+            self.queues.add(str(args["queue"]))
+        elif method == "channel.open":
+            self.channels_opened += 1
+            first, n = self._open.get(conn, (ev.ts, 0))
+            self._open[conn] = (first, n + 1)
+        if method in ("connection.close", "channel.close"):
+            self._reply_code(method, args.get("reply_code"))
+
+    def _reply_code(self, method: str, code: Any) -> None:
+        key = f"{method} {code}"
+        self.reply_codes[key] = self.reply_codes.get(key, 0) + 1
+
+    def _connection(self, ev: Connection, conn: int) -> None:
+        if ev.state == "open":
+            self._open.setdefault(conn, (ev.ts, 0))
+            return
+        first, channels = self._open.pop(conn, (ev.ts, 0))
+        at_eof = ev.ended == "eof"
+        self.rpc.connection_ended(conn)
+        self.confirms.connection_ended(conn, at_eof)
+        self.deliveries.connection_ended(conn, ev.ts, at_eof)
+        self.heartbeats.connection_ended(ev, conn)
+        self.audit.connection_ended(ev, conn)
+        self.connections_total += 1
+        if len(self.connections) < MAX_LISTED:
+            self.connections.append(ConnectionSummary(
+                conn, self._file, ev.client, ev.server, ev.client_product, ev.client_version, ev.user, ev.vhost,
+                ev.mechanism, ev.frame_max, ev.channel_max, ev.heartbeat, ev.close_code, ev.close_text, ev.close_by,
+                ev.ended, first, ev.ts, ev.frames_c2s, ev.frames_s2c, ev.bytes_c2s, ev.bytes_s2c, channels))  # fmt: skip
+
+    def finish(self) -> None:
+        end = self.last_ts or 0.0
+        self.rpc.finish()
+        self.confirms.finish()
+        self.deliveries.finish(end)
+        self.tracer.finish()
+
+    @property
+    def duration(self) -> float:
+        if self.first_ts is None or self.last_ts is None:
+            return 0.0
+        return self.last_ts - self.first_ts
+
+    def report(self) -> dict[str, Any]:
+        """The JSON report; call ``finish()`` first (``analyse`` does)."""
+        from dataclasses import asdict
+
+        d = self.duration
+        rpc = self.rpc.result()
+        return {
+            "capture": {
+                "start": self.first_ts, "end": self.last_ts, "duration_s": round(d, 6), "events": self.events,
+                "frames": sum(self.frame_types.values()), "frame_types": dict(sorted(self.frame_types.items())),
+                "messages": self.messages, "body_bytes": self.body_bytes, "gaps": self.gaps,
+                "malformed": self.malformed, "resyncs": self.resyncs,
+            },
+            "connections": [asdict(c) for c in self.connections],
+            "connections_total": self.connections_total,
+            "channels_opened": self.channels_opened,
+            "methods": dict(sorted(self.methods.items())),
+            "reply_codes": dict(sorted(self.reply_codes.items())),
+            "exchanges": self.exchanges.top(d),
+            "queues": self.queues.top(d),
+            "routing_keys": self.routing_keys.top(d),
+            "rates_per_s": {k: (round(sum(b.count for b in s.buckets.values()) / d, 3) if d > 0 else None)
+                            for k, s in self.series.items()},
+            "confirms": self.confirms.result(),
+            "deliveries": self.deliveries.result(),
+            "rpc": rpc["methods"],
+            "rpc_unanswered": rpc["unanswered"],
+            "rpc_unanswered_total": rpc["unanswered_total"],
+            "rpc_unexpected_replies": rpc["unexpected_replies"],
+            "heartbeats": self.heartbeats.result(),
+            "tracing": self.tracer.result(),
+            "security": self.audit.result(),
+            "findings": dict(sorted(self.findings.items())),
+            "findings_by_severity": dict(sorted(self.findings_by_severity.items())),
+        }  # fmt: skip
+
+
+def analyse(events: Iterable[Event], spec: Spec | None = None) -> Analyzer:
+    """Run every analysis over ``events``: ``analyse(amqpscope.read(path)).report()``."""
+    a = Analyzer(spec)
+    a.feed_all(events)
+    a.finish()
+    return a

@@ -1,0 +1,112 @@
+"""Rule ids, severities and reply codes: how a broken check becomes a `Finding`.
+
+Spec rules get ids from where the spec puts them (``<scope>.<rule name>``, e.g.
+``basic.ack.multiple.exists``) and their reply code from ``on-failure`` resolved through the
+spec's constants. Checks the XML does not name (frame rules, grammars, pairing) have ids of their
+own, listed in `OWN_RULES` with the code a conforming peer would answer with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from amqpscope.dissect.spec import Spec
+from amqpscope.events import Event, Finding
+
+VIOLATION, DEVIATION, WARNING, INFO = "violation", "deviation", "warning", "info"
+SEVERITIES = (VIOLATION, DEVIATION, WARNING, INFO)
+RANK = {s: i for i, s in enumerate(SEVERITIES)}  # lower is worse
+
+
+def at_or_above(severity: str, threshold: str) -> bool:
+    return RANK[severity] <= RANK[threshold]
+
+
+# Rules that are not <rule> elements: id -> (constant name of the reply code or None, what it checks).
+OWN_RULES: dict[str, tuple[str | None, str]] = {
+    "frame.end": ("frame-error", "frame-end octet is 0xCE"),
+    "frame.malformed": ("frame-error", "bytes that cannot be framed"),
+    "frame.type": ("frame-error", "frame type is one the spec defines"),
+    "frame.heartbeat-channel": ("frame-error", "heartbeats only on channel 0"),
+    "frame.heartbeat-size": ("frame-error", "heartbeats have an empty payload"),
+    "frame.connection-channel": ("command-invalid", "connection methods only on channel 0"),
+    "frame.channel-zero": ("channel-error", "no other methods and no content on channel 0"),
+    "frame.max-size": ("frame-error", "frame size (payload + 8) within the negotiated frame-max"),
+    "frame.min-size": ("frame-error", "frames before tune-ok within frame-min-size"),
+    "frame.channel-max": ("channel-error", "channel numbers within the negotiated channel-max"),
+    "frame.undecodable": ("syntax-error", "method or header payload decodes exactly"),
+    "content.sequence": ("unexpected-frame", "header after a content method, then bodies, nothing else between"),
+    "content.class-id": ("unexpected-frame", "content header class-id equals the method's class"),
+    "content.body-size": ("frame-error", "body frames sum exactly to the header's body-size"),
+    "protocol.header-version": (None, "the client's protocol header names the spec's version"),
+    "protocol.header-reply": (None, "the server answers an unsupported header with its own header"),
+    "grammar.connection": ("command-invalid", "channel 0 follows the connection grammar"),
+    "grammar.channel": ("command-invalid", "each channel follows the channel grammar"),
+    "method.direction": ("command-invalid", "the method is sent by a peer its chassis allows"),
+    "method.unknown": ("command-invalid", "the method exists in the spec"),
+    "sync.unexpected-reply": ("command-invalid", "a reply answers an outstanding request"),
+    "sync.wrong-reply": ("command-invalid", "the reply is one the request's <response> names"),
+    "sync.pipelined": (None, "a synchronous request waits for the previous reply"),
+    "channel.not-open": ("channel-error", "channel used only between open and close"),
+    "connection.close-ok.missing": (None, "Close is answered with Close-Ok"),
+    "close.reply-code": (None, "close reply codes are defined constants of the right class"),
+    "close.method-id": (None, "close names a real class and method, or 0/0"),
+    "delivery-tag.non-zero": (None, "the server never sends delivery-tag 0"),
+    "delivery-tag.channel-local": ("precondition-failed", "acks refer to tags of the same channel"),
+    "basic.ack.confirm-mode": ("command-invalid", "server acks only on channels in confirm mode"),
+    "connection.start-ok.mechanism.validity": (None, "the mechanism is one the server offered"),
+    "connection.start-ok.locale.validity": (None, "the locale is one the server offered"),
+    "connection.tune-ok.frame-max.minimum": ("not-allowed", "negotiated frame-max 0 or >= frame-min-size"),
+    "connection.tune-ok.frame-max.upper-limit": ("not-allowed", "tune-ok frame-max <= tune frame-max"),
+    "rabbitmq.not-implemented": ("not-implemented", "RabbitMQ answers 540 to this"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class RuleInfo:
+    id: str
+    code: int | None
+    text: str
+
+
+class Catalogue:
+    """Every rule id the validator may report, with its reply code, for one spec."""
+
+    def __init__(self, spec: Spec) -> None:
+        self.spec = spec
+        self.rules: dict[str, RuleInfo] = {}
+        for rid, (const, text) in OWN_RULES.items():
+            self.rules[rid] = RuleInfo(rid, spec.constant(const) if const else None, text)
+        for scope, rule in _spec_rules(spec):
+            rid = f"{scope.removeprefix('domain:')}.{rule.name}".replace(" ", "-")
+            code = spec.constant(rule.on_failure) if rule.on_failure else None
+            self.rules.setdefault(rid, RuleInfo(rid, code, rule.text))
+
+    def get(self, rid: str) -> RuleInfo:
+        info = self.rules.get(rid)
+        if info is None:  # an assert id or a rule the running spec lacks: no code
+            info = self.rules[rid] = RuleInfo(rid, None, "")
+        return info
+
+    def finding(self, ev: Event, rid: str, severity: str, message: str, packets: tuple[int, ...] = (),
+                code: int | None = -1, channel: int | None = -1) -> Finding:  # fmt: skip
+        """A finding about ``ev`` (its packet, connection, direction and channel)."""
+        return Finding(packet=ev.packet, ts=ev.ts, conn=ev.conn, dir=ev.dir,
+                       channel=ev.channel if channel == -1 else channel, rule=rid, severity=severity,
+                       code=self.get(rid).code if code == -1 else code, message=message,
+                       packets=packets or (ev.packet,))  # fmt: skip
+
+
+def _spec_rules(spec: Spec):  # type: ignore[no-untyped-def]
+    for d in spec.domains.values():
+        for r in d.rules:
+            yield r.scope, r
+    for c in spec.classes:
+        for r in c.rules:
+            yield r.scope, r
+        for m in c.methods:
+            for r in m.rules:
+                yield r.scope, r
+            for f in m.fields:
+                for r in f.rules:
+                    yield r.scope, r

@@ -1,0 +1,353 @@
+"""Semantic rules a passive observer can decide (checklist §3 "yes"/"partly", §3.1).
+
+Each function looks at one decoded method frame with the state of its connection and channel.
+Rule ids come from the spec (``<scope>.<rule name>``) so they are stable across releases.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from amqpscope.dissect.spec import Spec
+from amqpscope.events import Finding, Frame
+
+from .findings import DEVIATION, INFO, VIOLATION, WARNING, Catalogue
+from .state import ChanState, ConnState
+
+C2S, S2C = "c2s", "s2c"
+
+
+# --- lifecycle: open, close, close discipline --------------------------------------------------------
+
+
+def connection_close(cat: Catalogue, cs: ConnState, ev: Frame, name: str, out: list[Finding]) -> str:
+    """Close discipline of the connection. Returns "skip" (in-flight frame, ignore), "claimed" or ""."""
+    d = ev.dir
+    closer = cs.closing
+    if closer is None:
+        if name == "connection.close":
+            cs.closing = d
+        return ""
+    if d != closer:
+        if name == "connection.close-ok" or name == "connection.close":
+            if name == "connection.close-ok":
+                cs.closed = True
+            return "skip" if name == "connection.close" else ""
+        return "skip"  # in flight when the close was sent: the closer discards it, legal
+    if name == "connection.close-ok":
+        return "skip"  # answering a crossing close
+    if ev.type == "method":
+        out.append(cat.finding(ev, "connection.close.stability", VIOLATION,
+                               f"{name} sent after this peer's connection.close (only close-ok may follow)"))
+        return "claimed"
+    return "skip"
+
+
+def channel_lifecycle(cat: Catalogue, ch: ChanState, ev: Frame, name: str, out: list[Finding]) -> str:
+    """channel.open state, use before open/after close, channel close discipline."""
+    d = ev.dir
+    if ch.closing is not None:
+        if d != ch.closing:
+            if name == "channel.close":
+                ch.crossing += 1  # crossing closes: both sides answer with close-ok
+                return "skip"
+            if name == "channel.close-ok":
+                _closed(ch)
+                return "skip"
+            return "skip"  # in flight when the close was sent
+        if name == "channel.close-ok" and ch.crossing:
+            ch.crossing -= 1
+            if not ch.crossing and not ch.open:
+                ch.closing = None
+            return "skip"
+        out.append(cat.finding(ev, "channel.close.stability", VIOLATION,
+                               f"{name} sent after this peer's channel.close (only close-ok may follow)"))
+        return "claimed"
+    if name == "channel.open":
+        if ch.open:
+            out.append(cat.finding(ev, "channel.open.state", VIOLATION, f"channel.open on open channel {ev.channel}"))
+            return "claimed"
+        ch.open = True
+        return ""
+    if not ch.open:
+        if name == "channel.close-ok" and ch.crossing:
+            ch.crossing -= 1
+            return "skip"
+        out.append(cat.finding(ev, "channel.not-open", VIOLATION, f"{name} on channel {ev.channel}, which is not open"))
+        return "claimed"
+    if name == "channel.close":
+        ch.closing = d
+    return ""
+
+
+def _closed(ch: ChanState) -> None:
+    """The channel number is free again: forget everything but pending crossing close-oks."""
+    crossing = ch.crossing
+    run = ch.run
+    run.state, run.flights = 0, []
+    ch.__init__(run)  # type: ignore[misc]
+    ch.crossing = crossing
+    ch.closing = ch.closing if crossing else None
+
+
+# --- connection negotiation -------------------------------------------------------------------------
+
+
+def negotiation(cat: Catalogue, spec: Spec, cs: ConnState, ev: Frame, name: str, args: dict[str, Any],
+                out: list[Finding]) -> None:  # fmt: skip
+    if name == "connection.start":
+        cs.mechanisms = _words(args.get("mechanisms"))
+        cs.locales = _words(args.get("locales"))
+    elif name == "connection.start-ok":
+        mech, loc = _text(args.get("mechanism")), _text(args.get("locale"))
+        if cs.mechanisms is not None and mech and mech not in cs.mechanisms:
+            out.append(cat.finding(ev, "connection.start-ok.mechanism.validity", VIOLATION,
+                                   f"mechanism {mech!r} is not one of {cs.mechanisms}"))
+        if cs.locales is not None and loc and loc not in cs.locales:
+            out.append(cat.finding(ev, "connection.start-ok.locale.validity", VIOLATION,
+                                   f"locale {loc!r} is not one of {cs.locales}"))
+    elif name == "connection.tune":
+        for k, v in args.items():
+            cs.ctx[f"tune.{k.replace('_', '-')}"] = v
+    elif name == "connection.tune-ok":
+        fm, offered = args.get("frame_max") or 0, cs.ctx.get("tune.frame-max") or 0
+        minimum = spec.constant("frame-min-size", 4096) or 4096
+        if fm and fm < minimum:
+            out.append(cat.finding(ev, "connection.tune-ok.frame-max.minimum", VIOLATION,
+                                   f"frame-max {fm} is below frame-min-size {minimum}"))
+        elif offered and (fm == 0 or fm > offered):
+            out.append(cat.finding(ev, "connection.tune-ok.frame-max.upper-limit", VIOLATION,
+                                   f"frame-max {fm} is more than {offered} offered in tune"))
+        cs.tuned = True
+        cs.frame_max = fm or offered
+        cs.channel_max = args.get("channel_max") or cs.ctx.get("tune.channel-max") or 0
+
+
+def _text(v: Any) -> str:
+    return v.decode("latin-1") if isinstance(v, (bytes, bytearray)) else str(v or "")
+
+
+def _words(v: Any) -> list[str]:
+    return _text(v).split()
+
+
+# --- reply codes on close ---------------------------------------------------------------------------
+
+
+def close_codes(cat: Catalogue, spec: Spec, ev: Frame, name: str, args: dict[str, Any], out: list[Finding]) -> None:
+    code = args.get("reply_code")
+    if not isinstance(code, int) or code in (0, spec.constant("reply-success", 200)):
+        return  # 0 is the reply-code notnull assert's business
+    const = next((c for c in spec.constants.values() if c.value == code and c.cls), None)
+    if const is None:
+        out.append(cat.finding(ev, "close.reply-code", WARNING, f"{name} with reply code {code}, not a defined constant"))
+    elif name == "channel.close" and const.cls == "hard-error":
+        out.append(cat.finding(ev, "close.reply-code", WARNING, f"hard-error {code} ({const.name}) on channel.close"))
+    elif name == "connection.close" and const.cls == "soft-error" and const.name != "access-refused":
+        # RabbitMQ sends 403 on connection.close for an authentication failure (capability
+        # authentication_failure_close), which the checklist documents: not reported
+        out.append(cat.finding(ev, "close.reply-code", WARNING, f"soft-error {code} ({const.name}) on connection.close"))
+    cid, mid = args.get("class_id") or 0, args.get("method_id") or 0
+    if (cid or mid) and cat.spec.method_by_ids().get((cid, mid)) is None:
+        out.append(cat.finding(ev, "close.method-id", WARNING, f"{name} names class {cid} method {mid}, which does not exist"))
+
+
+# --- functional classes -----------------------------------------------------------------------------
+
+
+def functional(cat: Catalogue, cs: ConnState, ch: ChanState, ev: Frame, name: str, args: dict[str, Any],
+               nowait: bool, out: list[Finding]) -> None:  # fmt: skip
+    d = ev.dir
+    f = _HANDLERS.get((d, name))
+    if f is not None:
+        f(cat, cs, ch, ev, args, nowait, out)
+
+
+def _deliver(cat: Catalogue, cs: ConnState, ch: ChanState, ev: Frame, args: dict[str, Any], nowait: bool,
+             out: list[Finding]) -> None:  # fmt: skip
+    tag = args.get("delivery_tag") or 0
+    if ev.method == "basic.get-ok":
+        no_ack = ch.gets.popleft() if ch.gets else False
+    else:
+        no_ack = ch.consumers.get(str(args.get("consumer_tag")), False)
+    if tag == 0:
+        out.append(cat.finding(ev, "delivery-tag.non-zero", VIOLATION, f"{ev.method} with delivery-tag 0"))
+        return
+    if not no_ack:
+        ch.unacked.add(tag)
+    ch.max_tag = max(ch.max_tag, tag)
+
+
+def _get(cat: Catalogue, cs: ConnState, ch: ChanState, ev: Frame, args: dict[str, Any], nowait: bool,
+         out: list[Finding]) -> None:  # fmt: skip
+    ch.gets.append(bool(args.get("no_ack")))
+
+
+def _get_empty(cat: Catalogue, cs: ConnState, ch: ChanState, ev: Frame, args: dict[str, Any], nowait: bool,
+               out: list[Finding]) -> None:  # fmt: skip
+    if ch.gets:
+        ch.gets.popleft()
+
+
+def _settle(cat: Catalogue, cs: ConnState, ch: ChanState, ev: Frame, args: dict[str, Any], nowait: bool,
+            out: list[Finding]) -> None:  # fmt: skip
+    """Client ack/nack/reject against the channel's delivery-tag ledger."""
+    tag = args.get("delivery_tag") or 0
+    multiple = bool(args.get("multiple"))
+    method = ev.method or ""
+    rid = f"{method}.multiple.exists" if method != "basic.reject" else "basic.ack.multiple.exists"
+    if multiple:
+        if tag == 0:
+            ch.unacked.clear()
+            return
+        settled = {t for t in ch.unacked if t <= tag}
+        if settled or tag in ch.unacked:
+            ch.unacked -= settled
+            return
+    elif tag in ch.unacked:
+        ch.unacked.discard(tag)
+        return
+    if tag and tag <= ch.max_tag:
+        why = f"delivery-tag {tag} was already acknowledged or was delivered with no-ack"
+    else:
+        other = next((n for n, c in cs.chans.items() if c is not ch and tag in c.unacked), None)
+        if other is not None:
+            out.append(cat.finding(ev, "delivery-tag.channel-local", VIOLATION,
+                                   f"{method} on channel {ev.channel} of delivery-tag {tag} issued on channel {other}"))
+            return
+        why = f"delivery-tag {tag} was never delivered on channel {ev.channel}"
+    out.append(cat.finding(ev, rid, VIOLATION, f"{method}: {why}"))
+
+
+def _confirm(cat: Catalogue, cs: ConnState, ch: ChanState, ev: Frame, args: dict[str, Any], nowait: bool,
+             out: list[Finding]) -> None:  # fmt: skip
+    """Server ack/nack of publishes (confirm mode): tags count publishes from 1."""
+    if not ch.confirm:
+        out.append(cat.finding(ev, "basic.ack.confirm-mode", VIOLATION, f"{ev.method} from the server on a channel "
+                               "not in confirm mode"))
+        return
+    tag = args.get("delivery_tag") or 0
+    if tag == 0:
+        out.append(cat.finding(ev, "delivery-tag.non-zero", VIOLATION, f"{ev.method} from the server with delivery-tag 0"))
+        return
+    if args.get("multiple"):
+        done = {t for t in ch.unconfirmed if t <= tag}
+        if done or tag in ch.unconfirmed:
+            ch.unconfirmed -= done
+            return
+    elif tag in ch.unconfirmed:
+        ch.unconfirmed.discard(tag)
+        return
+    why = "was already confirmed" if tag <= ch.published else f"is above the {ch.published} publishes so far"
+    out.append(cat.finding(ev, f"{ev.method}.multiple.exists", VIOLATION, f"{ev.method} of publish {tag}, which {why}"))
+
+
+def _publish(cat: Catalogue, cs: ConnState, ch: ChanState, ev: Frame, args: dict[str, Any], nowait: bool,
+             out: list[Finding]) -> None:  # fmt: skip
+    if ch.confirm:
+        ch.published += 1
+        ch.unconfirmed.add(ch.published)
+    if args.get("immediate"):
+        out.append(cat.finding(ev, "rabbitmq.not-implemented", INFO, "basic.publish with immediate=1 (RabbitMQ: 540)"))
+
+
+def _select(cat: Catalogue, cs: ConnState, ch: ChanState, ev: Frame, args: dict[str, Any], nowait: bool,
+            out: list[Finding]) -> None:  # fmt: skip
+    # set on the request, not the -ok: a pipelining client may commit before select-ok arrives
+    if ev.method == "tx.select":
+        ch.tx = True
+    else:
+        ch.confirm = True
+
+
+def _transacted(cat: Catalogue, cs: ConnState, ch: ChanState, ev: Frame, args: dict[str, Any], nowait: bool,
+                out: list[Finding]) -> None:  # fmt: skip
+    if not ch.tx:
+        out.append(cat.finding(ev, f"{ev.method}.transacted", VIOLATION, f"{ev.method} on a channel without tx.select"))
+
+
+def _declare_ok(cat: Catalogue, cs: ConnState, ch: ChanState, ev: Frame, args: dict[str, Any], nowait: bool,
+                out: list[Finding]) -> None:  # fmt: skip
+    ch.queue_known = True
+
+
+def _declare(cat: Catalogue, cs: ConnState, ch: ChanState, ev: Frame, args: dict[str, Any], nowait: bool,
+             out: list[Finding]) -> None:  # fmt: skip
+    if nowait and args.get("queue"):
+        ch.queue_known = True  # no declare-ok will come; RabbitMQ still remembers the name
+
+
+def _queue_known(cat: Catalogue, cs: ConnState, ch: ChanState, ev: Frame, args: dict[str, Any], nowait: bool,
+                 out: list[Finding]) -> None:  # fmt: skip
+    if not args.get("queue") and not ch.queue_known:
+        out.append(cat.finding(ev, f"{ev.method}.queue.queue-known", VIOLATION,
+                               f"{ev.method} with an empty queue name and no queue declared on channel {ev.channel}"))
+
+
+def _consume(cat: Catalogue, cs: ConnState, ch: ChanState, ev: Frame, args: dict[str, Any], nowait: bool,
+             out: list[Finding]) -> None:  # fmt: skip
+    tag, no_ack = str(args.get("consumer_tag") or ""), bool(args.get("no_ack"))
+    if tag and tag in ch.consumers:
+        out.append(cat.finding(ev, "basic.consume.consumer-tag.01", VIOLATION,
+                               f"consumer tag {tag!r} is already active on channel {ev.channel}"))
+        return
+    if nowait:
+        if tag:
+            ch.consumers[tag] = no_ack
+    else:
+        ch.consumes.append((tag, no_ack))
+
+
+def _consume_ok(cat: Catalogue, cs: ConnState, ch: ChanState, ev: Frame, args: dict[str, Any], nowait: bool,
+                out: list[Finding]) -> None:  # fmt: skip
+    no_ack = ch.consumes.popleft()[1] if ch.consumes else False
+    ch.consumers[str(args.get("consumer_tag") or "")] = no_ack
+
+
+def _cancel(cat: Catalogue, cs: ConnState, ch: ChanState, ev: Frame, args: dict[str, Any], nowait: bool,
+            out: list[Finding]) -> None:  # fmt: skip
+    tag = str(args.get("consumer_tag") or "")
+    if ev.dir == C2S and tag not in ch.consumers:
+        other = next((n for n, c in cs.chans.items() if c is not ch and tag in c.consumers), None)
+        if other is not None:
+            out.append(cat.finding(ev, "basic.consume.consumer-tag.02", VIOLATION,
+                                   f"basic.cancel on channel {ev.channel} of consumer {tag!r} created on channel {other}"))
+            return
+    if nowait or ev.dir == S2C:
+        ch.consumers.pop(tag, None)
+
+
+def _cancel_ok(cat: Catalogue, cs: ConnState, ch: ChanState, ev: Frame, args: dict[str, Any], nowait: bool,
+               out: list[Finding]) -> None:  # fmt: skip
+    ch.consumers.pop(str(args.get("consumer_tag") or ""), None)
+
+
+def _not_implemented(what: str):  # type: ignore[no-untyped-def]
+    def check(cat: Catalogue, cs: ConnState, ch: ChanState, ev: Frame, args: dict[str, Any], nowait: bool,
+              out: list[Finding]) -> None:  # fmt: skip
+        bad = {"basic.qos": args.get("prefetch_size"), "channel.flow": args.get("active") is False,
+               "basic.recover-async": args.get("requeue") is False}.get(ev.method or "")  # fmt: skip
+        if bad:
+            out.append(cat.finding(ev, "rabbitmq.not-implemented", INFO, f"{what} (RabbitMQ answers 540)"))
+
+    return check
+
+
+_HANDLERS: dict[tuple[str, str], Any] = {
+    (S2C, "basic.deliver"): _deliver, (S2C, "basic.get-ok"): _deliver, (C2S, "basic.get"): _get,
+    (S2C, "basic.get-empty"): _get_empty,
+    (C2S, "basic.ack"): _settle, (C2S, "basic.nack"): _settle, (C2S, "basic.reject"): _settle,
+    (S2C, "basic.ack"): _confirm, (S2C, "basic.nack"): _confirm,
+    (C2S, "basic.publish"): _publish, (C2S, "tx.select"): _select, (C2S, "confirm.select"): _select,
+    (C2S, "tx.commit"): _transacted, (C2S, "tx.rollback"): _transacted,
+    (S2C, "queue.declare-ok"): _declare_ok, (C2S, "queue.declare"): _declare,
+    (C2S, "queue.bind"): _queue_known, (C2S, "queue.unbind"): _queue_known, (C2S, "queue.purge"): _queue_known,
+    (C2S, "queue.delete"): _queue_known,
+    (C2S, "basic.consume"): _consume, (S2C, "basic.consume-ok"): _consume_ok,
+    (C2S, "basic.cancel"): _cancel, (S2C, "basic.cancel"): _cancel, (S2C, "basic.cancel-ok"): _cancel_ok,
+    (C2S, "basic.qos"): _not_implemented("basic.qos with prefetch-size"),
+    (C2S, "channel.flow"): _not_implemented("channel.flow active=0 from the client"),
+    (C2S, "basic.recover-async"): _not_implemented("basic.recover-async requeue=0"),
+}  # fmt: skip
+
+__all__ = ["DEVIATION", "channel_lifecycle", "close_codes", "connection_close", "functional", "negotiation"]

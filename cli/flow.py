@@ -1,0 +1,48 @@
+"""``amqpscope flow``: a ladder diagram of one connection's methods (text, Mermaid or SVG)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from amqpscope.analysis.flow import build, to_mermaid, to_svg, to_text
+
+from .common import CaptureRun, fail, input_options, load_codec, options_from, run_guarded
+
+
+@click.command()
+@click.argument("file", type=click.Path(allow_dash=True))
+@input_options
+@click.option("--conn", type=click.IntRange(min=0), default=None, help="Connection id (default: the first one).")
+@click.option(
+    "-T",
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "mermaid", "svg"]),
+    default=None,
+    help="Default: svg for -o *.svg, mermaid for -o *.mmd/*.md, else text.",
+)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None, help="Write to FILE.")
+@click.option("--limit", type=click.IntRange(min=1), default=2000, show_default=True, help="At most N steps.")
+def flow(file: str, spec: str | None, ports: tuple[int, ...], show_credentials: bool, conn: int | None,
+         fmt: str | None, output: str | None, limit: int) -> None:  # fmt: skip
+    """Draw the ladder (sequence) diagram of a connection in capture FILE."""
+
+    def run() -> int:
+        codec = load_codec(spec)
+        capture = CaptureRun((file,), codec, options_from(ports, show_credentials, keep_bodies=False))
+        ladder = build(capture.events(), conn, limit)
+        if ladder is None:
+            fail("no AMQP connection in the capture" if conn is None else f"no connection {conn} in the capture")
+        chosen = fmt or ("svg" if output and output.endswith(".svg") else
+                         "mermaid" if output and output.endswith((".mmd", ".md")) else "text")  # fmt: skip
+        text = {"text": to_text, "mermaid": to_mermaid, "svg": to_svg}[chosen](ladder)
+        if output:
+            with open(output, "w", encoding="utf-8") as fh:
+                fh.write(text)
+        else:
+            sys.stdout.write(text)
+        return capture.exit_code
+
+    run_guarded(run)
