@@ -7,7 +7,10 @@ import click
 from amqpscope import __version__
 
 from .decode import decode
+from .flow import flow
+from .report import report
 from .spec import spec
+from .stats import stats
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
@@ -18,6 +21,9 @@ def cli() -> None:
 
 cli.add_command(decode)
 cli.add_command(spec)
+cli.add_command(stats)
+cli.add_command(flow)
+cli.add_command(report)
 
 
 def main() -> None:
