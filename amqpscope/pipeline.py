@@ -45,18 +45,25 @@ def decode_packets(
     options: Options | None = None,
     stats: RunStats | None = None,
     stages: Iterable[Callable[[Iterator[Event]], Iterator[Event]]] = (),
+    idle_timeout_ns: int | None = None,
 ) -> Iterator[Event]:
-    """Every event of a packet sequence, in the order the packets completed them."""
-    events: Iterator[Event] = _decode(packets, codec or get_codec(), options or Options(), stats or RunStats())
+    """Every event of a packet sequence, in the order the packets completed them.
+
+    ``idle_timeout_ns`` evicts flows without packets for that long (capture time); live capture sets
+    it so that memory stays bounded over hours, files leave it off (their flows end at end of file).
+    """
+    events: Iterator[Event] = _decode(packets, codec or get_codec(), options or Options(), stats or RunStats(),
+                                      idle_timeout_ns)
     for stage in stages:
         events = stage(events)
     return events
 
 
-def _decode(packets: Iterable[RawPacket], codec: Codec, options: Options, stats: RunStats) -> Iterator[Event]:
+def _decode(packets: Iterable[RawPacket], codec: Codec, options: Options, stats: RunStats,
+            idle_timeout_ns: int | None = None) -> Iterator[Event]:
     parser = SegmentParser()
     parse = parser.parse
-    reasm = TcpReassembler()
+    reasm = TcpReassembler(idle_timeout_ns=idle_timeout_ns)
     feed = reasm.feed
     session = Session(codec, options)
     handle = session.handle
