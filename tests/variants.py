@@ -20,6 +20,7 @@ import lzma
 import struct
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import NamedTuple
 
 from amqpscope.capture import read_packets
 from amqpscope.net import SegmentParser
@@ -218,7 +219,6 @@ def pad_ethernet(src: PathT, dst: PathT, pad: int = 16) -> int:
     return write_pcap(dst, [(p.ts_ns, p.data + b"\xee" * pad) for p in pkts], lt)
 
 
-
 # --- reading back -----------------------------------------------------------------------------------
 
 
@@ -261,4 +261,76 @@ def streams(src: PathT, reassembler: TcpReassembler | None = None) -> Streams:
             take(r.feed(seg))
     take(r.finish())
     out.data = {k: b"".join(v) for k, v in chunks.items()}
+    return out
+
+
+# --- an independent frame walk, for predicting what survives a variant -------------------------------
+
+
+class Span(NamedTuple):
+    """One AMQP frame (or the protocol header, type ``"H"``) located in its TCP stream."""
+
+    flow: int
+    dir: str  # "c2s" | "s2c", relative to TcpOpen's client
+    start: int  # stream offset of the first byte (bytes of this direction)
+    end: int  # stream offset after the last byte
+    packet: int  # the packet that delivered the last byte
+    type: str  # "H", "1" method, "2" header, "3" body, "8" heartbeat (the oracle CSV's codes)
+    channel: int | None
+
+
+class Layout(NamedTuple):
+    """Per-direction byte layout of a capture: frames and the packets that carried the bytes."""
+
+    spans: list[Span]
+    # (flow, dir) -> [(packet, start offset, end offset)] of every TcpData event, in order
+    chunks: dict[tuple[int, str], list[tuple[int, int, int]]]
+    clients: dict[int, Endpoint]
+    servers: dict[int, Endpoint]
+
+
+def layout(src: PathT) -> Layout:
+    """Walk every direction of ``src`` frame by frame (only the frame header and frame-end octet
+    are read: no codec), remembering where each frame lies and which packet completed it.
+
+    Meant for captures without gaps (the shared ones): a direction is walked from its first byte.
+    """
+    result = streams(src)
+    clients = {o.flow: o.client for o in result.opens}
+    servers = {o.flow: o.server for o in result.opens}
+    chunks: dict[tuple[int, str], list[tuple[int, int, int]]] = {}
+    offsets: dict[tuple[int, str], int] = {}
+    for e in result.events:
+        if isinstance(e, TcpData):
+            key = (e.flow, "c2s" if e.src == clients[e.flow] else "s2c")
+            start = offsets.get(key, 0)
+            offsets[key] = start + len(e.data)
+            chunks.setdefault(key, []).append((e.packet, start, start + len(e.data)))
+    spans: list[Span] = []
+    for key, data in result.data.items():
+        spans += _walk(key, data, chunks[key])
+    return Layout(spans, chunks, clients, servers)
+
+
+def _walk(key: tuple[int, str], data: bytes, where: list[tuple[int, int, int]]) -> list[Span]:
+    out: list[Span] = []
+    k = 0
+
+    def packet_of(last: int) -> int:
+        nonlocal k
+        while where[k][2] <= last:
+            k += 1
+        return where[k][0]
+
+    pos = 0
+    if data.startswith(b"AMQP") and len(data) >= 8:
+        out.append(Span(key[0], key[1], 0, 8, packet_of(7), "H", None))
+        pos = 8
+    while pos + 8 <= len(data):
+        ftype, channel, size = struct.unpack_from(">BHI", data, pos)
+        end = pos + 8 + size
+        if end > len(data) or data[end - 1] != 0xCE:
+            break
+        out.append(Span(key[0], key[1], pos, end, packet_of(end - 1), str(ftype), channel))
+        pos = end
     return out
