@@ -9,6 +9,7 @@ from amqpscope import __version__
 from .decode import decode
 from .flow import flow
 from .report import report
+from .sniff import sniff
 from .spec import spec
 from .stats import stats
 
@@ -24,6 +25,7 @@ cli.add_command(spec)
 cli.add_command(stats)
 cli.add_command(flow)
 cli.add_command(report)
+cli.add_command(sniff)
 
 
 def main() -> None:

@@ -1,0 +1,428 @@
+"""``amqpscope sniff`` end to end: a private RabbitMQ, a real pika client, the sniffer as a subprocess.
+
+The sniffer is started first and the client only once the sniffer reports on stderr that it is
+capturing; the sniffer is stopped (SIGINT) only once its JSONL output shows the client's connection
+closing, so every run sees the whole conversation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from amqpscope import live
+from amqpscope.live import LiveCapture, LiveCaptureError
+from amqpscope.testing.broker import PrivateBroker
+
+pika = pytest.importorskip("pika")
+
+ROOT = Path(__file__).resolve().parent.parent
+AMQPSCOPE = [sys.executable, "-c", "from amqpscope.cli.main import main; main()"]
+N = 25  # messages published and consumed per run
+START_TIMEOUT = 20.0
+
+
+def _can_capture() -> str | None:
+    try:
+        with LiveCapture("lo", "tcp port 1"):
+            return None
+    except LiveCaptureError as exc:
+        return str(exc)
+
+
+_why_not = _can_capture()
+needs_capture = pytest.mark.skipif(_why_not is not None, reason=f"cannot capture on lo: {_why_not}")
+
+
+def _cli(*args: str) -> list[str]:
+    return [*AMQPSCOPE, *args]
+
+
+class Sniffer:
+    """``amqpscope sniff`` as a subprocess: stdout to a file, stderr watched for the start line."""
+
+    def __init__(self, tmp: Path, *args: str) -> None:
+        self.out_path = tmp / f"sniff-{time.monotonic_ns()}.jsonl"
+        self._out = open(self.out_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(_cli("sniff", *args), stdout=self._out, stderr=subprocess.PIPE,
+                                     stdin=subprocess.DEVNULL, cwd=ROOT)  # fmt: skip
+        self.stderr_lines: list[str] = []
+        self._started = threading.Event()
+        self._reader = threading.Thread(target=self._read_stderr, daemon=True)
+        self._reader.start()
+        deadline = time.monotonic() + START_TIMEOUT
+        while not self._started.wait(0.05):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise AssertionError("sniffer did not start capturing: " + "".join(self.stderr_lines))
+
+    def _read_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        for raw in self.proc.stderr:
+            line = raw.decode(errors="replace")
+            self.stderr_lines.append(line)
+            if "capturing on" in line:
+                self._started.set()
+
+    def records(self) -> list[dict[str, Any]]:
+        text = self.out_path.read_text()
+        return [json.loads(line) for line in text.splitlines() if line.endswith("}")]
+
+    def wait_for(self, pred: Any, timeout: float = 15.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any(pred(r) for r in self.records()):
+                return
+            time.sleep(0.05)
+        raise AssertionError("expected event not printed by the sniffer; stderr: " + "".join(self.stderr_lines))
+
+    def stop(self, sig: int = signal.SIGINT, timeout: float = 15.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait()
+        self._reader.join(timeout=5)
+        self._out.close()
+        return rc
+
+    @property
+    def stderr(self) -> str:
+        return "".join(self.stderr_lines)
+
+
+def _conversation(port: int, queue: str = "alice.sniff", n: int = N) -> list[bytes]:
+    """alice on vhost scope: declare, publish n messages with properties, consume and ack them."""
+    params = pika.ConnectionParameters("127.0.0.1", port, "scope", pika.PlainCredentials("alice", "s3cret"),
+                                       heartbeat=0)  # fmt: skip
+    conn = pika.BlockingConnection(params)
+    try:
+        ch = conn.channel()
+        ch.queue_declare(queue, auto_delete=True)
+        for i in range(n):
+            props = pika.BasicProperties(content_type="application/json", delivery_mode=2, priority=3,
+                                         message_id=f"m-{i}", correlation_id="corr", headers={"seq": i, "src": "test"},
+                                         timestamp=1_700_000_000 + i)  # fmt: skip
+            ch.basic_publish("", queue, json.dumps({"i": i}).encode(), props)
+        got: list[bytes] = []
+        for method, _props, body in ch.consume(queue, inactivity_timeout=10):
+            assert method is not None, "timed out waiting for a delivery"
+            ch.basic_ack(method.delivery_tag)
+            got.append(body)
+            if len(got) == n:
+                break
+        ch.cancel()
+        ch.close()
+    finally:
+        conn.close()
+    return got
+
+
+def _closed(r: dict[str, Any]) -> bool:
+    return r.get("kind") == "connection" and r.get("state") == "close"
+
+
+def _closed_by_client(port: int) -> Any:
+    """Our client's connection to the broker has ended with connection.close."""
+    server = f"127.0.0.1:{port}"
+    return lambda r: _closed(r) and r["server"] == server and r["ended"] == "connection.close"
+
+
+@contextlib.contextmanager
+def _sniffing(tmp: Path, *args: str) -> Iterator[Sniffer]:
+    s = Sniffer(tmp, *args)
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+def _ours(recs: list[dict[str, Any]], port: int) -> list[dict[str, Any]]:
+    """The events of connections to our broker (other programs may use loopback meanwhile)."""
+    conns = {r["conn"] for r in recs if r["kind"] == "connection" and r["server"] == f"127.0.0.1:{port}"}
+    return [r for r in recs if r["conn"] in conns]
+
+
+def _frame_key(r: dict[str, Any]) -> tuple[Any, ...]:
+    return (r["packet"], r["conn"], r["dir"], r["type"], r["channel"], r.get("method"))
+
+
+# --- end to end against the broker ----------------------------------------------------------------
+
+
+@needs_capture
+@pytest.mark.broker
+@pytest.mark.parametrize("backend", ["libpcap", "socket"])
+def test_sniff_decodes_live_publish_and_consume(rabbitmq: PrivateBroker, tmp_path: Path, backend: str) -> None:
+    if backend == "libpcap" and not live.libpcap_available():
+        pytest.skip("libpcap is not installed")
+    with _sniffing(tmp_path, "-i", "lo", "--port", str(rabbitmq.port), "--format", "jsonl",
+                   "--backend", backend) as sniffer:  # fmt: skip
+        got = _conversation(rabbitmq.port)
+        sniffer.wait_for(_closed_by_client(rabbitmq.port))
+        rc = sniffer.stop()
+    assert rc == 0, sniffer.stderr
+    assert got == [json.dumps({"i": i}).encode() for i in range(N)]
+    recs = _ours(sniffer.records(), rabbitmq.port)
+    conns = [r for r in recs if _closed(r)]
+    assert len(conns) == 1
+    assert conns[0]["user"] == "alice" and conns[0]["vhost"] == "scope" and conns[0]["ended"] == "connection.close"
+    methods = Counter((r["dir"], r["method"]) for r in recs if r["kind"] == "frame" and r["type"] == "method")
+    for name in ("connection.start-ok", "connection.tune-ok", "connection.open", "channel.open",
+                 "queue.declare", "basic.consume", "channel.close", "connection.close"):  # fmt: skip
+        assert methods[("c2s", name)] == 1, name
+    for name in ("connection.start", "connection.tune", "connection.open-ok", "queue.declare-ok",
+                 "basic.consume-ok", "channel.close-ok", "connection.close-ok"):  # fmt: skip
+        assert methods[("s2c", name)] == 1, name
+    assert methods[("c2s", "basic.publish")] == N
+    assert methods[("s2c", "basic.deliver")] == N
+    assert methods[("c2s", "basic.ack")] == N
+    # the order of the client's methods is the conversation's
+    c2s = [r["method"] for r in recs if r["kind"] == "frame" and r["type"] == "method" and r["dir"] == "c2s"]
+    assert c2s[:5] == ["connection.start-ok", "connection.tune-ok", "connection.open", "channel.open", "queue.declare"]
+    assert c2s[-2:] == ["channel.close", "connection.close"]
+    msgs = [r for r in recs if r["kind"] == "message"]
+    published = [m for m in msgs if m["method"] == "basic.publish"]
+    delivered = [m for m in msgs if m["method"] == "basic.deliver"]
+    assert len(published) == N and len(delivered) == N
+    assert all(m["complete"] for m in msgs)
+    for i, m in enumerate(published):
+        p = m["properties"]
+        assert p["content_type"] == "application/json" and p["message_id"] == f"m-{i}"
+        assert p["delivery_mode"] == 2 and p["priority"] == 3 and p["correlation_id"] == "corr"
+        assert p["headers"] == {"seq": i, "src": "test"} and p["timestamp"] == 1_700_000_000 + i
+    assert [m["properties"]["message_id"] for m in delivered] == [f"m-{i}" for i in range(N)]
+    start_ok = next(r for r in recs if r.get("method") == "connection.start-ok")
+    assert "s3cret" not in json.dumps(start_ok)  # redacted unless --show-credentials
+    assert "0 dropped" in sniffer.stderr and "Traceback" not in sniffer.stderr
+
+
+@needs_capture
+@pytest.mark.broker
+def test_sniff_write_then_decode_gives_the_same_events(rabbitmq: PrivateBroker, tmp_path: Path) -> None:
+    pcap = tmp_path / "live.pcap"
+    with _sniffing(tmp_path, "-i", "lo", "--port", str(rabbitmq.port), "--format", "jsonl",
+                   "-w", str(pcap)) as sniffer:  # fmt: skip
+        _conversation(rabbitmq.port, "alice.sniff-w", n=10)
+        sniffer.wait_for(_closed_by_client(rabbitmq.port))
+        rc = sniffer.stop()
+    assert rc == 0, sniffer.stderr
+    live_recs = sniffer.records()
+    res = subprocess.run(_cli("decode", "--format", "jsonl", "--port", str(rabbitmq.port), str(pcap)),
+                         capture_output=True, cwd=ROOT, timeout=60)  # fmt: skip
+    assert res.returncode == 0, res.stderr.decode()
+    file_recs = [json.loads(line) for line in res.stdout.decode().splitlines()]
+    live_frames = [_frame_key(r) for r in live_recs if r["kind"] == "frame"]
+    file_frames = [_frame_key(r) for r in file_recs if r["kind"] == "frame"]
+    assert len(live_frames) > 10 * 3
+    assert live_frames == file_frames
+    # not only the frames: every event, argument, property and timestamp is the same
+    assert live_recs == file_recs
+
+
+@needs_capture
+@pytest.mark.broker
+def test_sniff_count_stops_after_n_frames(rabbitmq: PrivateBroker, tmp_path: Path) -> None:
+    port = str(rabbitmq.port)
+    sniffer = Sniffer(tmp_path, "-i", "lo", "-f", f"tcp port {port}", "--port", port, "--format", "jsonl", "-c", "8")
+    try:
+        _conversation(rabbitmq.port, "alice.sniff-c", n=3)
+        rc = sniffer.proc.wait(timeout=15)
+    finally:
+        sniffer.stop()
+    assert rc == 0, sniffer.stderr
+    recs = sniffer.records()
+    frames = [r for r in recs if r["kind"] == "frame"]
+    # stops at the packet completing the 8th frame: its other frames come too, nothing after it
+    assert len(frames) >= 8
+    last_packet = max(r["packet"] for r in frames)
+    assert sum(1 for r in frames if r["packet"] < last_packet) < 8
+    assert recs[-1]["kind"] == "connection" and recs[-1]["ended"] == "eof"
+    assert "8 AMQP frames" in sniffer.stderr or f"{len(frames)} AMQP frames" in sniffer.stderr
+
+
+@needs_capture
+@pytest.mark.broker
+def test_sniff_evicts_idle_flows_live(rabbitmq: PrivateBroker, tmp_path: Path) -> None:
+    """With a short idle timeout a quiet connection is closed as "evicted" once other traffic flows."""
+    with _sniffing(tmp_path, "-i", "lo", "--port", str(rabbitmq.port), "--format", "jsonl",
+                   "--idle-timeout", "1") as sniffer:  # fmt: skip
+        quiet = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", rabbitmq.port, heartbeat=0))
+        try:
+            time.sleep(1.6)
+            _conversation(rabbitmq.port, "alice.sniff-idle", n=2)
+            sniffer.wait_for(lambda r: _closed(r) and r["ended"] == "evicted")
+        finally:
+            quiet.close()
+        sniffer.stop()
+    conns = [r for r in _ours(sniffer.records(), rabbitmq.port) if r["kind"] == "connection"]
+    evicted = [r for r in conns if _closed(r) and r["ended"] == "evicted"]
+    assert len(evicted) == 1
+    quiet_client = evicted[0]["client"]
+    opened = next(r for r in conns if r["conn"] == evicted[0]["conn"] and r["state"] == "open")
+    # closed as of its last packet, long before the other connection's traffic evicted it
+    assert evicted[0]["ts"] - opened["ts"] < 1.0
+    # when the quiet connection closed at last, its packets formed a new flow, seen mid-stream
+    later = [r for r in conns if r["client"] == quiet_client and r["conn"] > evicted[0]["conn"]]
+    assert later and later[0]["state"] == "open" and later[0]["syn_seen"] is False
+
+
+@needs_capture
+def test_sniff_duration_and_sigterm_end_cleanly(tmp_path: Path) -> None:
+    t0 = time.monotonic()
+    s = Sniffer(tmp_path, "-i", "lo", "-f", "tcp port 9", "--duration", "0.5", "--format", "jsonl")
+    rc = s.proc.wait(timeout=15)
+    s.stop()
+    assert rc == 0 and time.monotonic() - t0 < 10
+    assert "0 packets captured" in s.stderr and "Traceback" not in s.stderr
+    s = Sniffer(tmp_path, "-i", "lo", "-f", "tcp port 9", "--format", "jsonl")
+    assert s.stop(signal.SIGTERM) == 0
+    assert "amqpscope: lo:" in s.stderr and "Traceback" not in s.stderr
+
+
+# --- drops are counted, never silent ------------------------------------------------------------------
+
+
+@needs_capture
+def test_full_backlog_drops_are_counted(tmp_path: Path) -> None:
+    """A pipeline that does not keep up: the capture keeps reading, drops and counts what does not fit."""
+    srv = socket.create_server(("127.0.0.1", 0))
+    port = srv.getsockname()[1]
+    cap = LiveCapture("lo", f"tcp port {port}", backlog_packets=50, write_to=str(tmp_path / "x.pcap"))
+    cap.start()
+    try:
+        cli = socket.create_connection(("127.0.0.1", port))
+        cli.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        peer, _ = srv.accept()
+        for _ in range(2000):  # nobody consumes meanwhile: the backlog overflows
+            cli.send(b"x" * 100)
+            peer.recv(65536)
+        cli.close()
+        peer.close()
+        time.sleep(0.3)
+        cap.stop()
+        delivered = sum(1 for _ in cap.packets())
+    finally:
+        cap.close()
+        srv.close()
+    st = cap.stats
+    assert st.backlog_dropped > 0
+    assert st.dropped >= st.backlog_dropped
+    assert delivered == st.delivered == 50
+    assert st.captured == st.delivered + st.backlog_dropped + st.unprocessed
+    assert st.kernel_dropped == 0
+
+
+# --- clear errors ---------------------------------------------------------------------------------------
+
+
+def _run_cli(*args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(_cli(*args), capture_output=True, text=True, cwd=ROOT, timeout=60, **kw)
+
+
+def _one_error_line(res: subprocess.CompletedProcess[str]) -> str:
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith("amqpscope: error: ") and "Traceback" not in res.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("backend", ["libpcap", "socket"])
+def test_no_such_interface(backend: str) -> None:
+    res = _run_cli("sniff", "-i", "nosuch0", "--backend", backend)
+    assert res.returncode == 8
+    assert "no such interface 'nosuch0'" in _one_error_line(res)
+
+
+@needs_capture
+@pytest.mark.parametrize("backend", ["libpcap", "socket"])
+def test_invalid_capture_filter(backend: str) -> None:
+    res = _run_cli("sniff", "-i", "lo", "-f", "tcp and and port", "--backend", backend)
+    assert res.returncode == 9
+    assert "invalid capture filter 'tcp and and port'" in _one_error_line(res)
+
+
+@needs_capture
+def test_interface_down() -> None:
+    down = [p.name for p in Path("/sys/class/net").glob("*") if not int((p / "flags").read_text(), 16) & 1]
+    if not down:
+        pytest.skip("no interface that is down on this machine")
+    for backend in ("libpcap", "socket"):
+        res = _run_cli("sniff", "-i", down[0], "--backend", backend)
+        assert res.returncode == 8
+        assert f"interface '{down[0]}' is down" in _one_error_line(res)
+
+
+def test_unwritable_output_file(tmp_path: Path) -> None:
+    if _why_not is not None:
+        pytest.skip(_why_not)
+    res = _run_cli("sniff", "-i", "lo", "-w", str(tmp_path / "no" / "such" / "dir.pcap"))
+    assert res.returncode == 10
+    assert "cannot write" in _one_error_line(res)
+
+
+def _unprivileged() -> list[str] | None:
+    """A command prefix running as nobody with no capabilities, when we are root and can drop to it."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        return None
+    try:
+        pwd.getpwnam("nobody")
+    except KeyError:
+        return None
+    probe = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", sys.executable,
+                            "-c", "import amqpscope.live"], capture_output=True, cwd="/")  # fmt: skip
+    if probe.returncode != 0:
+        return None  # nobody cannot read the virtualenv or the checkout
+    return ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+
+
+@pytest.mark.parametrize("backend", ["libpcap", "socket"])
+def test_permission_denied_as_unprivileged_user(backend: str) -> None:
+    prefix = _unprivileged()
+    if prefix is None:
+        pytest.skip("cannot run as an unprivileged user here (needs root, setpriv, and a world-readable venv)")
+    res = subprocess.run([*prefix, *_cli("sniff", "-i", "lo", "--backend", backend)], capture_output=True, text=True,
+                         cwd="/", timeout=60)  # fmt: skip
+    assert res.returncode == 7, res.stderr
+    assert "no permission to capture on 'lo'" in _one_error_line(res)
+
+
+def test_permission_denied_simulated(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same error where the OS refuses: pcap_activate's PERM_DENIED and the socket's EPERM."""
+    from amqpscope.cli.sniff import sniff
+    from click.testing import CliRunner
+
+    if live.libpcap_available():
+        from scapy.libs import winpcapy
+
+        monkeypatch.setattr(winpcapy, "pcap_activate", lambda handle: -8)  # PCAP_ERROR_PERM_DENIED
+        res = CliRunner().invoke(sniff, ["-i", "lo", "--backend", "libpcap"])
+        assert res.exit_code == 7 and "no permission to capture on 'lo'" in res.output
+
+    real_socket = socket.socket
+
+    def refuse(family: int = -1, *args: Any, **kw: Any) -> Any:
+        if family == getattr(socket, "AF_PACKET", None):  # what an unprivileged user gets
+            raise PermissionError(1, "Operation not permitted")
+        return real_socket(family, *args, **kw)
+
+    monkeypatch.setattr(socket, "socket", refuse)
+    res = CliRunner().invoke(sniff, ["-i", "lo", "--backend", "socket", "-f", "tcp"])
+    assert res.exit_code == 7 and "no permission to capture on 'lo'" in res.output
