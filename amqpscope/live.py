@@ -560,6 +560,8 @@ class LiveCapture:
                     next_stats = now + STATS_EVERY
                 if not got:
                     src.wait(0.1)
+            if not self._abandon.is_set():
+                self._drain(src, batch)
         except LiveCaptureError as exc:
             self.error = exc
         except OSError as exc:
@@ -569,6 +571,23 @@ class LiveCapture:
                 src.update(stats)
             src.close()
             backlog.close()
+
+    def _drain(self, src: _Source, batch: list[Record]) -> None:
+        """After a stop: read what reached the kernel before it (a half-filled block is handed
+        over after the read timeout), until a whole timeout passes without packets."""
+        quiet_until = time.monotonic() + 2 * READ_TIMEOUT_MS / 1000
+        while not self._abandon.is_set():
+            src.read(batch, 1024)
+            if batch:
+                self.stats.captured += len(batch)
+                self.stats.backlog_dropped += self._backlog.put(batch)
+                batch.clear()
+                quiet_until = time.monotonic() + 2 * READ_TIMEOUT_MS / 1000
+                continue
+            left = quiet_until - time.monotonic()
+            if left <= 0:
+                return
+            src.wait(left)
 
     # --- the consumer -----------------------------------------------------------------------------
 

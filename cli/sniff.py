@@ -31,7 +31,6 @@ from amqpscope.output.records import dumps, record
 from amqpscope.output.writers import JsonlWriter
 from amqpscope.packets import RawPacket
 from amqpscope.pipeline import RunStats, decode_packets
-from amqpscope.validate.validator import Validator
 
 from .common import fail, input_options, load_codec, options_from, run_guarded, warn
 from .decode import FORMATS, make_writer
@@ -169,7 +168,11 @@ def sniff(iface: str, bpf: str | None, spec: str | None, ports: tuple[int, ...],
         click.echo(f"amqpscope: capturing on {iface} ({st.backend}, link type {lt}, "
                    f"capture filter {shown_filter!r}); Ctrl-C stops", err=True)  # fmt: skip
         counts = {"frames": 0, "messages": 0, "connections": 0, "findings": 0}
-        stages = () if no_validate else (Validator(codec.spec).stage,)
+        stages: tuple[Any, ...] = ()
+        if not no_validate:
+            from amqpscope.validate.validator import Validator  # the same inline findings as decode
+
+            stages = (Validator(codec.spec).stage,)
         watch = _DropWatch(st)
         t0 = time.monotonic()
         stopper.start()
