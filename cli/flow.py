@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 
 import click
@@ -24,20 +25,26 @@ from .common import CaptureRun, fail, input_options, load_codec, options_from, r
     help="Default: svg for -o *.svg, mermaid for -o *.mmd/*.md, else text.",
 )
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None, help="Write to FILE.")
+@click.option("--channel", "channels", type=click.IntRange(min=0), multiple=True,
+              help="Only these channels (repeatable); channel 0 is always shown.")
 @click.option("--limit", type=click.IntRange(min=1), default=2000, show_default=True, help="At most N steps.")
 def flow(file: str, spec: str | None, ports: tuple[int, ...], show_credentials: bool, conn: int | None,
-         fmt: str | None, output: str | None, limit: int) -> None:  # fmt: skip
+         fmt: str | None, output: str | None, channels: tuple[int, ...], limit: int) -> None:  # fmt: skip
     """Draw the ladder (sequence) diagram of a connection in capture FILE."""
 
     def run() -> int:
         codec = load_codec(spec)
         capture = CaptureRun((file,), codec, options_from(ports, show_credentials, keep_bodies=False))
-        ladder = build(capture.events(), conn, limit)
+        ladder = build(capture.events(), conn, limit, frozenset(channels) if channels else None)
         if ladder is None:
             fail("no AMQP connection in the capture" if conn is None else f"no connection {conn} in the capture")
         chosen = fmt or ("svg" if output and output.endswith(".svg") else
                          "mermaid" if output and output.endswith((".mmd", ".md")) else "text")  # fmt: skip
-        text = {"text": to_text, "mermaid": to_mermaid, "svg": to_svg}[chosen](ladder)
+        if chosen == "text":
+            width = shutil.get_terminal_size((100, 24)).columns if sys.stdout.isatty() and not output else 100
+            text = to_text(ladder, max(60, width))
+        else:
+            text = {"mermaid": to_mermaid, "svg": to_svg}[chosen](ladder)
         if output:
             with open(output, "w", encoding="utf-8") as fh:
                 fh.write(text)

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..events import Connection
-from .common import MAX_LISTED
+from .common import MAX_LISTED, client_version
 
 PLAINTEXT_MECHANISMS = frozenset({"PLAIN", "AMQPLAIN"})
 LOOPBACK = ("127.", "[::1]", "::1", "localhost")
@@ -59,6 +59,7 @@ class SecurityAudit:
     def connection_ended(self, ev: Connection, conn: int) -> None:
         self.total += 1
         mech = (ev.mechanism or "").upper() or None
+        version = client_version(ev.client_version, ev.client_properties)
         plaintext = mech in PLAINTEXT_MECHANISMS and ev.user is not None
         guest = ev.user == "guest"
         outcome = _outcome(ev)
@@ -75,14 +76,14 @@ class SecurityAudit:
             if name is not None:
                 table[name] = table.get(name, 0) + 1
         if ev.client_product:
-            lib = f"{ev.client_product} {ev.client_version or ''}".strip()
+            lib = f"{ev.client_product} {version or ''}".strip()
             self.clients[lib] = self.clients.get(lib, 0) + 1
         for issue in issues:
             self.issues[issue] = self.issues.get(issue, 0) + 1
         if len(self.entries) < MAX_LISTED:
             self.entries.append(AuditEntry(
                 conn, ev.client, ev.server, ev.user, ev.vhost, mech, ev.password, ev.client_product,
-                ev.client_version, ev.client_platform, ev.server_product, ev.server_version, plaintext, guest,
+                version, ev.client_platform, ev.server_product, ev.server_version, plaintext, guest,
                 outcome, tuple(issues)))  # fmt: skip
 
     def result(self) -> dict[str, Any]:
@@ -94,5 +95,5 @@ class SecurityAudit:
             "issues": dict(sorted(self.issues.items())),
             "guest_connections": sum(e.guest for e in self.entries),
             "plaintext_credentials": sum(e.plaintext_credentials for e in self.entries),
-            "connections": [dict(asdict(e), issues=list(e.issues)) for e in self.entries],
+            "connections": [dict(asdict(e), issues=list(e.issues)) for e in sorted(self.entries, key=lambda e: e.conn)],
         }

@@ -24,3 +24,11 @@ def ms(seconds: float) -> float:
 
 # How many example items (unanswered requests, unacked deliveries…) a report lists; counts stay exact.
 MAX_LISTED = 200
+
+
+def client_version(version: str | None, properties: dict[str, Any] | None) -> str | None:
+    """The library version: py-amqp (kombu, celery) sends ``product_version`` instead of ``version``."""
+    if version:
+        return version
+    v = (properties or {}).get("product_version")
+    return v if isinstance(v, str) and v else None

@@ -59,6 +59,7 @@ class ConfirmTotals:
     nacked: int = 0
     returned: int = 0
     returned_then_acked: int = 0
+    return_unmatched: int = 0  # a return in confirm mode matching no unconfirmed publish (ack came first?)
     unknown_tag: int = 0  # ack/nack naming nothing outstanding
     lost_at_close: int = 0
 
@@ -128,7 +129,9 @@ class ConfirmLedger:
         for pub in ch.outstanding.values():
             if not pub.returned and pub.exchange == exchange and pub.routing_key == rk:
                 pub.returned = True
-                break
+                return
+        if ch.confirming:
+            self.totals.return_unmatched += 1
 
     def _settle(self, ev: Frame, conn: int, channel: int, ack: bool, args: dict[str, Any]) -> None:
         tag = int(args.get("delivery_tag", 0) or 0)
@@ -200,12 +203,13 @@ class ConfirmLedger:
             "nacked": t.nacked,
             "returned": t.returned,
             "returned_then_acked": t.returned_then_acked,
+            "return_unmatched": t.return_unmatched,
             "ack_frames": t.ack_frames,
             "ack_multiple": t.ack_multiple,
             "nack_frames": t.nack_frames,
             "nack_multiple": t.nack_multiple,
             "unknown_tag": t.unknown_tag,
-            "outstanding": self.unconfirmed_total,
+            "outstanding": self.unconfirmed_total - t.lost_at_close,
             "lost_at_close": t.lost_at_close,
             "return_codes": {str(k): v for k, v in sorted(self.return_codes.items())},
             "latency_ms": self.latency.summary(),

@@ -47,8 +47,10 @@ def _label(ev: Frame) -> str:
     return text if len(text) <= 90 else text[:89] + "…"
 
 
-def build(events: Iterable[Event], conn: int | None = None, limit: int = 2000) -> Ladder | None:
-    """The ladder of connection ``conn`` (default: the first AMQP connection seen)."""
+def build(events: Iterable[Event], conn: int | None = None, limit: int = 2000,
+          channels: frozenset[int] | None = None) -> Ladder | None:  # fmt: skip
+    """The ladder of connection ``conn`` (default: the first AMQP connection seen), optionally
+    only the steps on ``channels`` (channel 0, the connection's own, is always kept)."""
     steps: list[Step] = []
     client = server = ""
     chosen = conn
@@ -63,6 +65,8 @@ def build(events: Iterable[Event], conn: int | None = None, limit: int = 2000) -
             client, server = ev.client, ev.server
             continue
         step: Step | None = None
+        if channels is not None and ev.channel and ev.channel not in channels:
+            continue
         if isinstance(ev, Frame):
             ch = ev.channel or 0
             if ev.type == "header":
@@ -123,19 +127,17 @@ def to_mermaid(ladder: Ladder) -> str:
         text = _mermaid_text(f"+{s.ts - ladder.start:.6f}s ch{s.channel} {s.label}")
         if not s.dir:
             out.append(f"    Note over C,S: {text}")
-        elif s.dir == C2S:
-            out.append(f"    C->>S: {text}")
         else:
-            arrow = "-->>" if s.label == "heartbeat" else "->>"
-            out.append(f"    S{arrow}C: {text}")
+            arrow = "-->>" if s.label == "heartbeat" else "->>"  # heartbeats dashed, both ways
+            out.append(f"    C{arrow}S: {text}" if s.dir == C2S else f"    S{arrow}C: {text}")
     if ladder.truncated:
         out.append(f"    Note over C,S: truncated after {len(ladder.steps)} steps")
     return "\n".join(out) + "\n"
 
 
-def to_svg(ladder: Ladder, row: int = 22, width: int = 900) -> str:
+def to_svg(ladder: Ladder, row: int = 22, width: int = 1000) -> str:
     """A standalone SVG: two lifelines, one arrow per step, labels above the arrows."""
-    left, right, top = 170, width - 60, 60
+    left, right, top = 170, width - 130, 60
     height = top + row * (len(ladder.steps) + 1) + 20
     esc = html.escape
     parts = [

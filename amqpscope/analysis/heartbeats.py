@@ -1,10 +1,14 @@
 """Heartbeat and connection-end analysis: negotiated interval against observed silence.
 
 Any frame counts as activity (the spec: a peer may treat any octet as a heartbeat), so the
-silence of a direction is the longest gap between its frames after tune-ok, up to the end of
-the connection. A direction silent for more than two intervals is one the receiving peer should
-have closed for missed heartbeats. Connections ending on FIN or RST without connection.close are
-told apart from clean closes and from closes that never got their close-ok.
+silence of a direction is the longest gap between its frames after tune-ok. A direction silent
+for more than two intervals is one the receiving peer should have closed for missed heartbeats
+(the spec's rule, and RabbitMQ's: "missed heartbeats from client"). Silence that runs into the
+end of the connection is measured separately (``idle_before_end``): a TCP FIN or RST after it
+is a close for missed heartbeats (or by an idle-reaping proxy when no heartbeat was negotiated),
+whereas silence followed by more traffic is a peer that should have closed and did not.
+Connections ending on FIN or RST without connection.close are told apart from clean closes and
+from closes that never got their close-ok.
 """
 
 from __future__ import annotations
@@ -25,9 +29,12 @@ class HeartbeatResult:
     negotiated: int | None  # connection.tune-ok heartbeat; 0 = off
     heartbeats_c2s: int
     heartbeats_s2c: int
-    max_silence_c2s: float | None  # seconds
+    max_silence_c2s: float | None  # seconds, between frames of the direction (after tune-ok)
     max_silence_s2c: float | None
-    missed: tuple[str, ...]  # directions silent > 2 intervals
+    idle_before_end_c2s: float | None  # last frame of the direction → TCP end (FIN/RST) or capture end
+    idle_before_end_s2c: float | None
+    missed: tuple[str, ...]  # directions silent > 2 intervals while the connection went on
+    closed_for_missed: tuple[str, ...]  # directions silent > 2 intervals right up to a FIN/RST
     ended: str | None  # connection.close | fin | rst | eof | evicted
     close_ok: bool
     close_by: str | None
@@ -41,6 +48,7 @@ class _Conn:
     since: float | None = None  # tune-ok time: silence is measured from here
     last: dict[str, float] = field(default_factory=dict)
     silence: dict[str, float] = field(default_factory=dict)
+    tail: dict[str, float] = field(default_factory=dict)
     beats: dict[str, int] = field(default_factory=lambda: {C2S: 0, S2C: 0})
     close_seen: bool = False
     close_ok: bool = False
@@ -52,6 +60,8 @@ class HeartbeatAnalyzer:
         self.results: list[HeartbeatResult] = []
         self.counts: dict[str, int] = {}
         self.total = 0
+        self.frames = 0
+        self.negotiated: dict[str, int] = {}  # interval (s, "none" when tune-ok was not seen) → connections
 
     def _c(self, conn: int) -> _Conn:
         c = self.conns.get(conn)
@@ -87,28 +97,38 @@ class HeartbeatAnalyzer:
 
     def connection_ended(self, ev: Connection, conn: int) -> None:
         c = self.conns.pop(conn, None) or _Conn()
-        if c.since is not None and ev.ended not in ("connection.close", "eof"):
-            # a peer that goes silent until TCP dies: the silence runs to the end of the connection
+        if c.since is not None and ev.ended in ("fin", "rst", "eof"):
+            # a peer that goes silent until TCP dies: that last silence is what got it closed
             for d in (C2S, S2C):
-                self._gap(c, d, ev.ts)
+                prev = c.last.get(d)
+                if prev is not None:
+                    c.tail[d] = max(0.0, ev.ts - prev)
         hb = c.negotiated
         missed: tuple[str, ...] = ()
+        closed_for: tuple[str, ...] = ()
         if hb:
             missed = tuple(d for d in (C2S, S2C) if c.silence.get(d, 0.0) > 2 * hb)
-        verdict = _verdict(hb, missed, ev.ended, c.close_seen, c.close_ok)
+            closed_for = tuple(d for d in (C2S, S2C) if c.tail.get(d, 0.0) > 2 * hb)
+        verdict = _verdict(hb, missed, closed_for, ev.ended, c.close_seen, c.close_ok, c.tail)
         self.counts[verdict] = self.counts.get(verdict, 0) + 1
         self.total += 1
+        self.frames += c.beats.get(C2S, 0) + c.beats.get(S2C, 0)
+        key = "none" if hb is None else str(hb)
+        self.negotiated[key] = self.negotiated.get(key, 0) + 1
         if len(self.results) < MAX_LISTED:
             self.results.append(HeartbeatResult(
                 conn, ev.client, ev.server, c.proposed, hb, c.beats.get(C2S, 0), c.beats.get(S2C, 0),
-                _round(c.silence.get(C2S)), _round(c.silence.get(S2C)), missed, ev.ended, c.close_ok,
-                ev.close_by, verdict))  # fmt: skip
+                _round(c.silence.get(C2S)), _round(c.silence.get(S2C)), _round(c.tail.get(C2S)),
+                _round(c.tail.get(S2C)), missed, closed_for, ev.ended, c.close_ok, ev.close_by,
+                verdict))  # fmt: skip
 
     def result(self) -> dict[str, Any]:
         return {
-            "connections": [dict(asdict(r), missed=list(r.missed)) for r in self.results],
+            "connections": [dict(asdict(r), missed=list(r.missed), closed_for_missed=list(r.closed_for_missed))
+                            for r in sorted(self.results, key=lambda r: r.conn)],
             "verdicts": dict(sorted(self.counts.items())),
-            "heartbeat_frames": sum(r.heartbeats_c2s + r.heartbeats_s2c for r in self.results),
+            "heartbeat_frames": self.frames,
+            "negotiated": dict(sorted(self.negotiated.items())),
         }
 
 
@@ -116,11 +136,20 @@ def _round(v: float | None) -> float | None:
     return None if v is None else round(v, 6)
 
 
-def _verdict(hb: int | None, missed: tuple[str, ...], ended: str | None, close: bool, close_ok: bool) -> str:
+def _who(directions: tuple[str, ...]) -> str:
+    # c2s silent: it is the server that misses the client's heartbeats, and the other way round
+    return " and ".join("server" if d == C2S else "client" for d in directions)
+
+
+def _verdict(hb: int | None, missed: tuple[str, ...], closed_for: tuple[str, ...], ended: str | None, close: bool,
+             close_ok: bool, tail: dict[str, float]) -> str:  # fmt: skip
+    if closed_for and not close:
+        silent = " and ".join("client" if d == C2S else "server" for d in closed_for)
+        if ended == "eof":
+            return f"open at end of capture, {silent} silent > 2 × {hb} s ({_who(closed_for)} should close)"
+        return f"{(ended or '').upper()} after missed heartbeats ({silent} silent > 2 × {hb} s)"
     if missed:
-        # c2s silent: the server should have closed; s2c silent: the client should have
-        who = " and ".join("server" if d == C2S else "client" for d in missed)
-        return f"missed heartbeats ({who} should have closed)"
+        return f"missed heartbeats, not closed ({_who(missed)} should have closed)"
     if ended == "eof":
         return "open at end of capture"
     if close and close_ok:
@@ -128,5 +157,7 @@ def _verdict(hb: int | None, missed: tuple[str, ...], ended: str | None, close: 
     if close:
         return f"connection.close without close-ok, then {ended if ended != 'connection.close' else 'TCP close'}"
     if ended in ("fin", "rst"):
-        return f"{ended.upper()} without connection.close"
+        idle = min(tail.values()) if tail else 0.0
+        after = f" after {idle:.1f} s idle" if idle >= 1.0 else ""
+        return f"{ended.upper()} without connection.close{after}"
     return f"ended: {ended}"

@@ -2,38 +2,61 @@
 
 Nothing is fetched (no fonts, scripts or stylesheets from a CDN), every value is HTML-escaped,
 and the page is built from the report dict, which carries passwords only with --show-credentials.
+Plots share one time axis (seconds from the first event) cut into at most ``PLOT_BUCKETS``
+buckets, so that rates, latencies and in-flight counts line up one above the other.
 """
 
 from __future__ import annotations
 
 import html
+import math
+from datetime import UTC, datetime
 from typing import Any
 
-from .percentiles import TimeSeries
+from .percentiles import Bucket, TimeSeries
 from .stats import Analyzer
 
 esc = html.escape
-COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd")
+COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+PLOT_BUCKETS = 120
+LISTED = 200  # rows per listing table
 
 CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em;color:#222;max-width:1200px}
-h1{font-size:1.5em}h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #ccc}
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em;color:#222;max-width:1280px}
+h1{font-size:1.5em}h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #ccc}h3{font-size:1em}
 table{border-collapse:collapse;margin:.5em 0;font-size:.85em}
 td,th{border:1px solid #ddd;padding:2px 6px;text-align:left;vertical-align:top}
-th{background:#f4f4f4}td.n{text-align:right}.muted{color:#777}
-svg{background:#fff;border:1px solid #eee;margin:.4em 0}
+th{background:#f4f4f4}td.n{text-align:right;font-variant-numeric:tabular-nums}.muted{color:#777}
+svg{background:#fff;border:1px solid #eee;margin:.4em 0;display:block}
+.cards{display:flex;flex-wrap:wrap;gap:.6em}.card{border:1px solid #ddd;border-radius:4px;padding:.4em .8em}
+.card b{display:block;font-size:1.3em}.row{display:flex;flex-wrap:wrap;gap:2em;align-items:flex-start}
+.scroll{overflow-x:auto;max-width:100%}
 """
+
+
+# --- values and tables ---------------------------------------------------------------------------
+
+
+def _latency(d: dict[str, Any]) -> str:
+    if not d.get("count"):
+        return "-"
+    parts = [f"{p} {d[p]}" for p in ("p50", "p90", "p99", "max") if d.get(p) is not None]
+    return " · ".join(parts) + f" ms (n={d['count']})"
 
 
 def _cell(v: Any) -> str:
     if isinstance(v, dict):
         if not v:
             return "<span class=muted>-</span>"
+        if "count" in v and "p50" in v:
+            return esc(_latency(v))
         return "<br>".join(f"{esc(str(k))}: {esc(_short(x))}" for k, x in v.items())
     if isinstance(v, list):
-        return esc(", ".join(map(str, v)))
+        return esc(", ".join(map(str, v))) or "<span class=muted>-</span>"
     if v is None:
         return "<span class=muted>-</span>"
+    if isinstance(v, float):
+        return esc(f"{v:.6g}")
     return esc(str(v))
 
 
@@ -43,7 +66,8 @@ def _short(v: Any) -> str:
     return str(v)
 
 
-def table(rows: list[dict[str, Any]], columns: list[str] | None = None, limit: int = 200) -> str:
+def table(rows: list[dict[str, Any]], columns: list[str] | None = None, limit: int = LISTED,
+          total: int | None = None) -> str:  # fmt: skip
     if not rows:
         return "<p class=muted>none</p>"
     cols = columns or list(rows[0])
@@ -56,8 +80,9 @@ def table(rows: list[dict[str, Any]], columns: list[str] | None = None, limit: i
             num = isinstance(v, (int, float)) and not isinstance(v, bool)
             tds.append(f"<td{' class=n' if num else ''}>{_cell(v)}</td>")
         body.append("<tr>" + "".join(tds) + "</tr>")
-    more = f"<p class=muted>{len(rows) - limit} more rows not shown</p>" if len(rows) > limit else ""
-    return f"<table><tr>{head}</tr>{''.join(body)}</table>{more}"
+    hidden = (total if total is not None else len(rows)) - min(len(rows), limit)
+    more = f"<p class=muted>{hidden} more rows not shown</p>" if hidden > 0 else ""
+    return f"<div class=scroll><table><tr>{head}</tr>{''.join(body)}</table></div>{more}"
 
 
 def kv(d: dict[str, Any], skip: tuple[str, ...] = ()) -> str:
@@ -66,15 +91,35 @@ def kv(d: dict[str, Any], skip: tuple[str, ...] = ()) -> str:
     return f"<table>{rows}</table>"
 
 
-def line_plot(title: str, series: dict[str, list[tuple[float, float]]], unit: str,
-              width: int = 900, height: int = 220) -> str:  # fmt: skip
-    """An SVG line chart of (x seconds, y) series sharing one axis pair."""
+def cards(items: list[tuple[str, Any]]) -> str:
+    return "<div class=cards>" + "".join(f"<div class=card><b>{esc(str(v))}</b>{esc(k)}</div>" for k, v in items) + "</div>"
+
+
+# --- plots ---------------------------------------------------------------------------------------
+
+
+def _nice(x: float) -> float:
+    """1, 2 or 5 times a power of ten, at least ``x``."""
+    if x <= 0:
+        return 1.0
+    e = 10 ** math.floor(math.log10(x))
+    return next(m * e for m in (1, 2, 5, 10) if m * e >= x * (1 - 1e-9))
+
+
+def _tick(v: float) -> str:
+    return f"{v:.4g}"
+
+
+def line_plot(title: str, series: dict[str, list[tuple[float, float]]], unit: str, xmax: float,
+              dashed: frozenset[str] = frozenset(), dots: bool = False, width: int = 1000,
+              height: int = 230) -> str:  # fmt: skip
+    """An SVG chart of (x seconds, y) series sharing one axis pair; ``dots`` marks every point."""
     pts = [p for s in series.values() for p in s]
     if not pts:
         return f"<p class=muted>{esc(title)}: no data</p>"
-    ml, mr, mt, mb = 60, 120, 24, 30
-    xmax = max(x for x, _ in pts) or 1.0
-    ymax = max(y for _, y in pts) or 1.0
+    ml, mr, mt, mb = 64, 210, 26, 34
+    xmax = xmax or max(x for x, _ in pts) or 1.0
+    ymax = _nice(max(y for _, y in pts) or 1.0)
     pw, ph = width - ml - mr, height - mt - mb
 
     def sx(x: float) -> float:
@@ -84,110 +129,191 @@ def line_plot(title: str, series: dict[str, list[tuple[float, float]]], unit: st
         return mt + ph * (1 - y / ymax)
 
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-size="11" '
-           f'font-family="sans-serif"><text x="{ml}" y="15" font-weight="bold">{esc(title)}</text>',
-           f'<line x1="{ml}" y1="{mt + ph}" x2="{ml + pw}" y2="{mt + ph}" stroke="#888"/>',
-           f'<line x1="{ml}" y1="{mt}" x2="{ml}" y2="{mt + ph}" stroke="#888"/>']  # fmt: skip
+           f'font-family="sans-serif"><text x="{ml}" y="16" font-weight="bold">{esc(title)}</text>',
+           f'<text x="{ml - 8}" y="{mt - 6}" text-anchor="end" fill="#555">{esc(unit)}</text>']  # fmt: skip
     for i in range(5):
         yv = ymax * i / 4
-        y = sy(yv)
-        out.append(f'<text x="{ml - 4}" y="{y + 4}" text-anchor="end" fill="#555">{yv:.3g}</text>')
-        out.append(f'<line x1="{ml}" y1="{y}" x2="{ml + pw}" y2="{y}" stroke="#eee"/>')
+        out.append(f'<line x1="{ml}" y1="{sy(yv):.1f}" x2="{ml + pw}" y2="{sy(yv):.1f}" stroke="#eee"/>')
+        out.append(f'<text x="{ml - 4}" y="{sy(yv) + 4:.1f}" text-anchor="end" fill="#555">{_tick(yv)}</text>')
         xv = xmax * i / 4
-        out.append(f'<text x="{sx(xv)}" y="{mt + ph + 14}" text-anchor="middle" fill="#555">{xv:.3g}s</text>')
-    out.append(f'<text x="{ml - 50}" y="{mt - 8}" fill="#555">{esc(unit)}</text>')
+        out.append(f'<text x="{sx(xv):.1f}" y="{mt + ph + 15}" text-anchor="middle" fill="#555">{_tick(xv)} s</text>')
+    out.append(f'<line x1="{ml}" y1="{mt + ph}" x2="{ml + pw}" y2="{mt + ph}" stroke="#888"/>'
+               f'<line x1="{ml}" y1="{mt}" x2="{ml}" y2="{mt + ph}" stroke="#888"/>')  # fmt: skip
     for i, (name, s) in enumerate(series.items()):
         colour = COLOURS[i % len(COLOURS)]
+        dash = ' stroke-dasharray="5 3"' if name in dashed else ""
         if s:
             path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in s)
-            out.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{path}"/>')
-            if len(s) == 1:
-                out.append(f'<circle cx="{sx(s[0][0]):.1f}" cy="{sy(s[0][1]):.1f}" r="3" fill="{colour}"/>')
-        out.append(f'<rect x="{ml + pw + 10}" y="{mt + 14 * i}" width="10" height="10" fill="{colour}"/>'
-                   f'<text x="{ml + pw + 24}" y="{mt + 9 + 14 * i}">{esc(name)}</text>')  # fmt: skip
+            out.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.5"{dash} points="{path}"/>')
+            if dots or len(s) == 1:
+                out += [f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="2.5" fill="{colour}"/>' for x, y in s]
+        out.append(f'<rect x="{ml + pw + 12}" y="{mt + 16 * i}" width="10" height="10" fill="{colour}"/>'
+                   f'<text x="{ml + pw + 26}" y="{mt + 9 + 16 * i}">{esc(name)}</text>')  # fmt: skip
     out.append("</svg>")
     return "".join(out)
 
 
-def _common(series: dict[str, TimeSeries]) -> float:
-    """The coarsest bucket width among the series: every series is re-bucketed to it."""
-    return max((s.width for s in series.values() if s.origin is not None), default=1.0)
+def _buckets(s: TimeSeries, width: float, origin: float) -> dict[int, Bucket]:
+    return {round(x / width): b for x, b in s.rebase(width, origin)}
 
 
-def _rates(a: Analyzer, origin: float) -> dict[str, list[tuple[float, float]]]:
-    width = _common(a.series)
-    return {f"{k} /s": [(x, b.count / width) for x, b in s.rebase(width, origin)] for k, s in a.series.items()}
-
-
-def _latencies(a: Analyzer, origin: float) -> dict[str, list[tuple[float, float]]]:
-    named = {"confirm": a.confirms.latency_series, "deliver→ack": a.deliveries.latency_series}
-    width = _common(named)
-    out: dict[str, list[tuple[float, float]]] = {}
-    for name, s in named.items():
-        buckets = s.rebase(width, origin)
-        out[f"{name} mean"] = [(x, b.total / b.count * 1000) for x, b in buckets if b.count]
-        out[f"{name} max"] = [(x, b.max * 1000) for x, b in buckets if b.count]
+def _counts(s: TimeSeries, width: float, origin: float, n: int) -> list[tuple[float, float]]:
+    """A rate per bucket, zero where nothing happened, drawn as steps."""
+    got = _buckets(s, width, origin)
+    out: list[tuple[float, float]] = []
+    for i in range(n):
+        rate = got[i].count / width if i in got else 0.0
+        out += [(i * width, rate), ((i + 1) * width, rate)]
     return out
 
 
-def render_html(a: Analyzer, report: dict[str, Any], title: str) -> str:
+def _level(s: TimeSeries, width: float, origin: float, n: int) -> list[tuple[float, float]]:
+    """A level (such as in-flight) per bucket: its maximum there, carried on through quiet buckets."""
+    got = _buckets(s, width, origin)
+    out: list[tuple[float, float]] = []
+    level = 0.0
+    for i in range(n):
+        b = got.get(i)
+        top = b.max if b is not None else level
+        out += [(i * width, top), ((i + 1) * width, top)]
+        if b is not None:
+            level = b.last
+    return out
+
+
+def _means(s: TimeSeries, width: float, origin: float, scale: float = 1000.0) -> tuple[list[tuple[float, float]], ...]:
+    """Mean and maximum per non-empty bucket, at the bucket's middle."""
+    buckets = s.rebase(width, origin)
+    mean = [(x + width / 2, b.total / b.count * scale) for x, b in buckets if b.count]
+    top = [(x + width / 2, b.max * scale) for x, b in buckets if b.count]
+    return mean, top
+
+
+def plots(a: Analyzer) -> list[str]:
     origin = a.first_ts or 0.0
-    width = _common({"f": a.deliveries.in_flight_series})
-    in_flight = {
-        "unacked in flight (max)": [(x, b.max) for x, b in a.deliveries.in_flight_series.rebase(width, origin)]
-    }
-    conf, dlv, tr = report["confirms"], report["deliveries"], report["tracing"]
+    duration = max(a.duration, 1e-6)
+    every = [*a.series.values(), a.confirms.latency_series, a.deliveries.latency_series,
+             a.deliveries.in_flight_series, *(s for s, _ in a.deliveries.channel_series.values())]  # fmt: skip
+    # the display bucket is no finer than the coarsest series (they coarsen independently)
+    width = _nice(max([duration / PLOT_BUCKETS, *(s.width for s in every if s.origin is not None)]))
+    n = math.ceil(duration / width) + 1
+    xmax = n * width
+    rates = {f"{k} /s": _counts(s, width, origin, n) for k, s in a.series.items() if s.origin is not None}
+    lat: dict[str, list[tuple[float, float]]] = {}
+    for name, s in (("publish → confirm", a.confirms.latency_series),
+                    ("deliver → ack", a.deliveries.latency_series)):  # fmt: skip
+        if s.origin is not None:
+            lat[f"{name} mean"], lat[f"{name} max"] = _means(s, width, origin)
+    flight: dict[str, list[tuple[float, float]]] = {}
+    dashed = set()
+    for (conn, ch), (s, limit) in sorted(a.deliveries.channel_series.items()):
+        flight[f"conn {conn} ch {ch} unacked"] = _level(s, width, origin, n)
+        if limit:
+            name = f"conn {conn} ch {ch} prefetch"
+            flight[name] = [(0.0, float(limit)), (xmax, float(limit))]
+            dashed.add(name)
+    if len(a.deliveries.channel_series) > 1 and a.deliveries.in_flight_series.origin is not None:
+        flight["all channels unacked"] = _level(a.deliveries.in_flight_series, width, origin, n)
+    step = f"{_tick(width * 1000)} ms" if width < 1 else f"{_tick(width)} s"
+    return [
+        line_plot(f"Message rates (per second, {step} buckets)", rates, "msg/s", xmax),
+        line_plot(f"Latencies over time (mean and max per {step})", lat, "ms", xmax,
+                  dashed=frozenset(k for k in lat if k.endswith("max")), dots=True),
+        line_plot("Consumer deliveries in flight (unacked) against the prefetch", flight, "msgs", xmax,
+                  dashed=frozenset(dashed)),
+    ]  # fmt: skip
+
+
+# --- the page ------------------------------------------------------------------------------------
+
+
+def _rel(report: dict[str, Any], rows: list[dict[str, Any]], *keys: str) -> list[dict[str, Any]]:
+    """Epoch times → seconds from the start of the capture (what a reader compares)."""
+    start = report["capture"]["start"] or 0.0
+    return [dict(r, **{k: None if r.get(k) is None else round(r[k] - start, 6) for k in keys}) for r in rows]
+
+
+def _utc(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+CONN_COLUMNS = ["conn", "client", "server", "client_product", "client_version", "user", "vhost", "mechanism",
+                "frame_max", "channel_max", "heartbeat", "channels_opened", "start", "end", "close_code",
+                "close_by", "close_text", "ended", "frames_c2s", "frames_s2c", "bytes_c2s", "bytes_s2c"]  # fmt: skip
+
+
+def render_html(a: Analyzer, report: dict[str, Any], title: str) -> str:
+    conf, dlv, tr, hb, sec = (report[k] for k in ("confirms", "deliveries", "tracing", "heartbeats", "security"))
+    cap = report["capture"]
+    shown_cap = dict(cap, start=_utc(cap["start"]), end=_utc(cap["end"]))
     rpc_rows = [{"method": k, **{x: y for x, y in v.items() if x != "latency_ms"},
                  **{f"{p} ms": v["latency_ms"][p] for p in ("p50", "p90", "p99", "max")}}
                 for k, v in report["rpc"].items()]  # fmt: skip
     named = lambda rows: table(rows, ["name", "count", "rate_per_s"])  # noqa: E731
+    findings = sum(report["findings"].values())
+    summary = cards([
+        ("seconds", round(cap["duration_s"], 3)), ("connections", report["connections_total"]),
+        ("channels", report["channels_opened"]), ("frames", cap["frames"]), ("publishes", conf["published"]),
+        ("deliveries", dlv["delivered"]), ("unconfirmed at end", conf["outstanding"]),
+        ("unacked at end", dlv["outstanding"]),
+        ("bad acks", dlv["unknown_tag"] + dlv["double_ack"] + dlv["wrong_channel"]), ("findings", findings),
+    ])  # fmt: skip
     sections = [
         f"<h1>amqpscope report: {esc(title)}</h1>",
+        summary,
+        "<h2>Over time</h2>",
+        *plots(a),
         "<h2>Capture</h2>",
-        kv(report["capture"]),
-        "<h2>Message rates</h2>",
-        line_plot("messages per second", _rates(a, origin), "msg/s"),
-        "<h2>Latencies over time</h2>",
-        line_plot("latency", _latencies(a, origin), "ms"),
-        line_plot("consumer deliveries in flight", in_flight, "msgs"),
+        kv(shown_cap),
         "<h2>Connections</h2>",
-        table(report["connections"]),
-        "<h2>Methods</h2>",
+        table(_rel(report, report["connections"], "start", "end"), CONN_COLUMNS, total=report["connections_total"]),
+        "<h2>Channels</h2>",
+        table(_rel(report, report["channels"], "opened", "closed")),
+        "<div class=row><div><h2>Methods</h2>",
         table([{"method": k, "count": v} for k, v in sorted(report["methods"].items(), key=lambda kv: -kv[1])]),
-        "<h2>Reply codes</h2>",
+        "</div><div><h2>Reply codes</h2>",
         table([{"method and code": k, "count": v} for k, v in report["reply_codes"].items()]),
-        "<h2>Exchanges</h2>",
-        named(report["exchanges"]),
-        "<h2>Queues</h2>",
-        named(report["queues"]),
-        "<h2>Routing keys</h2>",
-        named(report["routing_keys"]),
-        "<h2>Synchronous methods</h2>",
+        "</div></div>",
+        "<div class=row><div><h2>Exchanges</h2>", named(report["exchanges"]),
+        "</div><div><h2>Queues</h2>", named(report["queues"]),
+        "</div><div><h2>Routing keys</h2>", named(report["routing_keys"]), "</div></div>",
+        "<h2>Synchronous methods (request → reply)</h2>",
         table(rpc_rows),
-        "<h3>Unanswered requests</h3>",
-        table(report["rpc_unanswered"]),
+        "<h3>Requests without their reply</h3>",
+        table(_rel(report, report["rpc_unanswered"], "ts"), total=report["rpc_unanswered_total"]),
         "<h2>Publisher confirms</h2>",
         kv(conf),
         table(conf["per_channel"]),
         "<h3>Unconfirmed</h3>",
-        table(conf["unconfirmed"]),
+        table(_rel(report, conf["unconfirmed"], "ts")),
         "<h2>Consumer deliveries</h2>",
         kv(dlv),
+        "<h3>Consumers</h3>",
+        table(dlv["consumers"]),
+        "<h3>Per channel (in flight against prefetch)</h3>",
         table(dlv["per_channel"]),
         "<h3>Unacked</h3>",
-        table(dlv["unacked"]),
+        table(_rel(report, dlv["unacked"], "ts")),
         "<h3>Bad acknowledgements</h3>",
         table(dlv["bad_acks"]),
         "<h2>Heartbeats and connection ends</h2>",
-        table(report["heartbeats"]["connections"]),
+        kv(hb),
+        table(hb["connections"]),
         "<h2>Tracing</h2>",
         kv(tr["messages"]),
+        "<h3>RPC through reply-to / correlation-id</h3>",
         kv(tr["rpc"]),
-        table(tr["rpc"]["unanswered_list"]),
+        table(tr["rpc"]["pairs"]),
+        "<h3>RPC requests without a completed reply</h3>",
+        table(_rel(report, tr["rpc"]["unanswered_list"], "ts")),
         "<h2>Security audit</h2>",
-        kv(report["security"]),
-        table(report["security"]["connections"]),
+        kv(sec),
+        table(sec["connections"]),
         "<h2>Findings</h2>",
         table([{"rule": k, "count": v} for k, v in report["findings"].items()]),
+        kv(report.get("findings_by_severity", {})) if report.get("findings_by_severity") else "",
     ]
     return ("<!DOCTYPE html><html><head><meta charset=utf-8>"
             f"<title>amqpscope: {esc(title)}</title><style>{CSS}</style></head><body>"

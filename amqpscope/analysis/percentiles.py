@@ -77,6 +77,14 @@ class Bucket:
     count: int = 0
     total: float = 0.0
     max: float = 0.0
+    last: float = 0.0  # the value added last (a level such as in-flight carries on from it)
+
+    def merge(self, b: Bucket) -> None:
+        """Fold in ``b``, a bucket that comes later in time."""
+        self.max = b.max if not self.count else max(self.max, b.max)
+        self.count += b.count
+        self.total += b.total
+        self.last = b.last
 
 
 class TimeSeries:
@@ -102,17 +110,15 @@ class TimeSeries:
         b = self.buckets.get(idx)
         if b is None:
             b = self.buckets[idx] = Bucket()
+        b.max = value if not b.count else max(b.max, value)
         b.count += 1
         b.total += value
-        b.max = max(b.max, value)
+        b.last = value
 
     def _coarsen(self) -> None:
         merged: dict[int, Bucket] = {}
-        for idx, b in self.buckets.items():
-            m = merged.setdefault(idx // 2, Bucket())
-            m.count += b.count
-            m.total += b.total
-            m.max = max(m.max, b.max)
+        for idx in sorted(self.buckets):
+            merged.setdefault(idx // 2, Bucket()).merge(self.buckets[idx])
         self.buckets = merged
         self.width *= 2
 
@@ -121,10 +127,7 @@ class TimeSeries:
         if self.origin is None:
             return []
         out: dict[int, Bucket] = {}
-        for idx, b in self.buckets.items():
+        for idx in sorted(self.buckets):
             start = self.origin + idx * self.width - origin
-            m = out.setdefault(int(start // width), Bucket())
-            m.count += b.count
-            m.total += b.total
-            m.max = max(m.max, b.max)
+            out.setdefault(int(start // width), Bucket()).merge(self.buckets[idx])
         return [(i * width, out[i]) for i in sorted(out)]

@@ -36,7 +36,7 @@ class Unanswered:
     method: str
     packet: int
     ts: float
-    outcome: str  # "no reply" (capture ended) | "channel closed" | "connection closed"
+    outcome: str  # "no reply (capture ended|connection ended)" | "channel.close by peer" | "connection.close by peer"
 
 
 @dataclass(slots=True)
@@ -124,12 +124,13 @@ class RpcPairing:
                 st.closed += 1
                 self._list(conn, key[1], req_dir, req, f"{why} by peer")
 
-    def connection_ended(self, conn: int) -> None:
-        """The TCP connection is gone: every request still pending on it never got its reply."""
+    def connection_ended(self, conn: int, at_eof: bool = False) -> None:
+        """The connection is gone (or the capture ended): requests still pending never got a reply."""
+        outcome = "no reply (capture ended)" if at_eof else "no reply (connection ended)"
         for key in [k for k in self.pending if k[0] == conn]:
             for req in self.pending.pop(key):
                 self._stat(req.method).unanswered += 1
-                self._list(conn, key[1], key[2], req, "no reply")
+                self._list(conn, key[1], key[2], req, outcome)
 
     def _list(self, conn: int, channel: int, direction: str, req: Pending, outcome: str) -> None:
         self.unanswered_total += 1
@@ -138,7 +139,7 @@ class RpcPairing:
 
     def finish(self) -> None:
         for conn in {k[0] for k in self.pending}:
-            self.connection_ended(conn)
+            self.connection_ended(conn, at_eof=True)
 
     def result(self) -> dict[str, object]:
         methods: dict[str, object] = {}

@@ -16,7 +16,8 @@ from ..dissect.codec import get_codec
 from ..dissect.spec import Spec
 from ..events import C2S, Connection, Event, Finding, Frame, Message
 from .audit import SecurityAudit
-from .common import MAX_LISTED
+from .channels import ChannelTable
+from .common import MAX_LISTED, client_version
 from .confirms import ConfirmLedger
 from .deliveries import DeliveryLedger
 from .heartbeats import HeartbeatAnalyzer
@@ -84,6 +85,7 @@ class Analyzer:
         self.heartbeats = HeartbeatAnalyzer()
         self.tracer = Tracer()
         self.audit = SecurityAudit()
+        self.channels = ChannelTable()
         self.methods: dict[str, int] = {}
         self.frame_types: dict[str, int] = {}
         self.findings: dict[str, int] = {}
@@ -152,6 +154,7 @@ class Analyzer:
     def _frame(self, ev: Frame, conn: int) -> None:
         self.frame_types[ev.type] = self.frame_types.get(ev.type, 0) + 1
         self.heartbeats.feed(ev, conn)
+        self.channels.feed(ev, conn)
         method = ev.method
         if ev.type != "method" or method is None:
             return
@@ -187,15 +190,17 @@ class Analyzer:
             return
         first, channels = self._open.pop(conn, (ev.ts, 0))
         at_eof = ev.ended == "eof"
-        self.rpc.connection_ended(conn)
+        self.rpc.connection_ended(conn, at_eof)
         self.confirms.connection_ended(conn, at_eof)
         self.deliveries.connection_ended(conn, ev.ts, at_eof)
+        self.channels.connection_ended(conn, ev.ts, at_eof)
         self.heartbeats.connection_ended(ev, conn)
         self.audit.connection_ended(ev, conn)
         self.connections_total += 1
         if len(self.connections) < MAX_LISTED:
             self.connections.append(ConnectionSummary(
-                conn, self._file, ev.client, ev.server, ev.client_product, ev.client_version, ev.user, ev.vhost,
+                conn, self._file, ev.client, ev.server, ev.client_product,
+                client_version(ev.client_version, ev.client_properties), ev.user, ev.vhost,
                 ev.mechanism, ev.frame_max, ev.channel_max, ev.heartbeat, ev.close_code, ev.close_text, ev.close_by,
                 ev.ended, first, ev.ts, ev.frames_c2s, ev.frames_s2c, ev.bytes_c2s, ev.bytes_s2c, channels))  # fmt: skip
 
@@ -204,6 +209,7 @@ class Analyzer:
         self.rpc.finish()
         self.confirms.finish()
         self.deliveries.finish(end)
+        self.channels.finish(end)
         self.tracer.finish()
 
     @property
@@ -225,9 +231,10 @@ class Analyzer:
                 "messages": self.messages, "body_bytes": self.body_bytes, "gaps": self.gaps,
                 "malformed": self.malformed, "resyncs": self.resyncs,
             },
-            "connections": [asdict(c) for c in self.connections],
+            "connections": [asdict(c) for c in sorted(self.connections, key=lambda c: c.conn)],
             "connections_total": self.connections_total,
             "channels_opened": self.channels_opened,
+            "channels": self.channels.result(),
             "methods": dict(sorted(self.methods.items())),
             "reply_codes": dict(sorted(self.reply_codes.items())),
             "exchanges": self.exchanges.top(d),

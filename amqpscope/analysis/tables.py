@@ -7,6 +7,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+MAX_ROWS = 30  # rows per listing table on a terminal; the JSON report has them all (up to its cap)
+
 
 def _lat(d: dict[str, Any] | None) -> str:
     if not d or not d.get("count"):
@@ -14,12 +16,39 @@ def _lat(d: dict[str, Any] | None) -> str:
     return f"p50 {d['p50']} · p90 {d.get('p90', '-')} · p99 {d['p99']} · max {d.get('max', '-')} ms (n={d['count']})"
 
 
+def _v(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.3f}"
+    if isinstance(v, dict):
+        return ", ".join(f"{k}: {x}" for k, x in v.items()) or "-"
+    if isinstance(v, (list, tuple)):
+        return ", ".join(map(str, v)) or "-"
+    return str(v)
+
+
 def _kv(title: str, rows: list[tuple[str, Any]]) -> Table:
     t = Table(title=title, show_header=False, title_justify="left")
     t.add_column(style="bold")
     t.add_column()
     for k, v in rows:
-        t.add_row(k, str(v))
+        t.add_row(k, _v(v))
+    return t
+
+
+def _listing(title: str, rows: list[dict[str, Any]], columns: list[tuple[str, str]], total: int | None = None) -> Table:
+    """A table of dict rows: columns are (key, heading); numbers right-aligned."""
+    shown = rows[:MAX_ROWS]
+    more = (total if total is not None else len(rows)) - len(shown)
+    t = Table(title=title + (f" (first {len(shown)} of {len(shown) + more})" if more > 0 else ""),
+              title_justify="left")  # fmt: skip
+    for key, heading in columns:
+        numeric = bool(shown) and all(isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool)
+                                      for r in shown)  # fmt: skip
+        t.add_column(heading, justify="right" if numeric else "left")
+    for r in shown:
+        t.add_row(*(_v(r.get(key)) for key, _ in columns))
     return t
 
 
@@ -31,16 +60,24 @@ def render(report: dict[str, Any], console: Console) -> None:
                                   ("channels opened", report["channels_opened"]),
                                   ("gaps / resyncs / malformed", f"{cap['gaps']} / {cap['resyncs']} / {cap['malformed']}")]))  # fmt: skip
 
-    t = Table(title="Connections", title_justify="left")
-    for col in ("conn", "client", "library", "user", "vhost", "frame_max", "channel_max", "heartbeat", "channels",
-                "close", "ended"):  # fmt: skip
-        t.add_column(col)
-    for c in report["connections"]:
-        lib = f"{c['client_product'] or '?'} {c['client_version'] or ''}".strip()
-        close = "" if c["close_code"] is None else f"{c['close_code']} by {c['close_by']}"
-        t.add_row(str(c["conn"]), c["client"], lib, str(c["user"]), str(c["vhost"]), str(c["frame_max"]),
-                  str(c["channel_max"]), str(c["heartbeat"]), str(c["channels_opened"]), close, str(c["ended"]))  # fmt: skip
-    console.print(t)
+    conns = [dict(c, library=f"{c['client_product'] or '?'} {c['client_version'] or ''}".strip(),
+                  close="" if c["close_code"] is None else f"{c['close_code']} by {c['close_by']}")
+             for c in report["connections"]]  # fmt: skip
+    console.print(_listing("Connections", conns, [
+        ("conn", "conn"), ("client", "client"), ("library", "library"), ("user", "user"), ("vhost", "vhost"),
+        ("mechanism", "auth"), ("frame_max", "frame_max"), ("channel_max", "channel_max"),
+        ("heartbeat", "heartbeat"), ("channels_opened", "channels"), ("close", "close"), ("ended", "ended")],
+        report["connections_total"]))  # fmt: skip
+
+    if report.get("channels"):
+        chans = [dict(c, close="" if c["close_code"] is None else f"{c['close_code']} by {c['close_by']}",
+                      life=None if c["opened"] is None or c["closed"] is None else c["closed"] - c["opened"])
+                 for c in report["channels"]]  # fmt: skip
+        console.print(_listing("Channels", chans, [
+            ("conn", "conn"), ("channel", "ch"), ("mode", "mode"), ("life", "open s"), ("methods", "methods"),
+            ("publishes", "publish"), ("deliveries", "deliver"), ("returns", "return"),
+            ("client_settles", "ack/nack/reject"), ("server_confirms", "confirms"), ("body_bytes", "body bytes"),
+            ("close", "close"), ("ended", "ended")]))  # fmt: skip
 
     t = Table(title="Methods", title_justify="left")
     t.add_column("method")
@@ -51,98 +88,101 @@ def render(report: dict[str, Any], console: Console) -> None:
 
     for key, title in (("exchanges", "Exchanges (publishes)"), ("queues", "Queues (declare/bind/consume/get…)"),
                        ("routing_keys", "Routing keys (publishes)")):  # fmt: skip
-        rows = report[key]
-        if not rows:
-            continue
-        t = Table(title=title, title_justify="left")
-        t.add_column("name")
-        t.add_column("count", justify="right")
-        t.add_column("per s", justify="right")
-        for r in rows[:20]:
-            t.add_row(r["name"], str(r["count"]), str(r["rate_per_s"]))
-        console.print(t)
+        if report[key]:
+            console.print(_listing(title, report[key], [("name", "name"), ("count", "count"), ("rate_per_s", "per s")]))
 
     if report["rpc"]:
-        t = Table(title="Synchronous methods (request → reply)", title_justify="left")
-        for col in ("method", "count", "answered", "unanswered", "closed by peer", "no-wait", "p50 ms", "p99 ms"):
-            t.add_column(col, justify="left" if col == "method" else "right")
-        for name, r in report["rpc"].items():
-            lat = r["latency_ms"]
-            t.add_row(name, str(r["count"]), str(r["answered"]), str(r["unanswered"]), str(r["closed_by_peer"]),
-                      str(r["no_wait"]), str(lat["p50"] if lat["p50"] is not None else "-"),
-                      str(lat["p99"] if lat["p99"] is not None else "-"))  # fmt: skip
-        console.print(t)
+        rows = [{"method": k, **v, **{p: v["latency_ms"][p] for p in ("p50", "p90", "p99", "max")}}
+                for k, v in report["rpc"].items()]  # fmt: skip
+        console.print(_listing("Synchronous methods (request → reply, ms)", rows, [
+            ("method", "method"), ("count", "count"), ("answered", "answered"), ("unanswered", "unanswered"),
+            ("closed_by_peer", "closed by peer"), ("no_wait", "no-wait"), ("p50", "p50"), ("p90", "p90"),
+            ("p99", "p99"), ("max", "max")]))  # fmt: skip
+    if report["rpc_unanswered"]:
+        console.print(_listing("Requests without their reply", report["rpc_unanswered"], [
+            ("conn", "conn"), ("channel", "ch"), ("dir", "dir"), ("method", "method"), ("packet", "packet"),
+            ("outcome", "outcome")], report["rpc_unanswered_total"]))  # fmt: skip
 
     c = report["confirms"]
     console.print(_kv("Publisher confirms", [
         ("published (in confirm mode)", f"{c['published']} ({c['published_in_confirm_mode']})"),
-        ("acked / nacked / returned", f"{c['acked']} / {c['nacked']} / {c['returned']}"),
+        ("acked / nacked / returned (then acked)", f"{c['acked']} / {c['nacked']} / {c['returned']} "
+                                                   f"({c['returned_then_acked']})"),
         ("ack frames (multiple) / nack frames (multiple)",
          f"{c['ack_frames']} ({c['ack_multiple']}) / {c['nack_frames']} ({c['nack_multiple']})"),
         ("unknown tags", c["unknown_tag"]), ("unconfirmed at end / lost at close", f"{c['outstanding']} / {c['lost_at_close']}"),
         ("publish → confirm", _lat(c["latency_ms"]))]))  # fmt: skip
+    if c["unconfirmed"]:
+        console.print(_listing("Unconfirmed publishes", c["unconfirmed"], [
+            ("conn", "conn"), ("channel", "ch"), ("seq", "seq"), ("packet", "packet"), ("exchange", "exchange"),
+            ("routing_key", "routing key"), ("returned", "returned"), ("fate", "fate")]))  # fmt: skip
 
     d = report["deliveries"]
     console.print(_kv("Consumer deliveries", [
         ("delivered (deliver / get-ok / no-ack)", f"{d['delivered']} ({d['via_deliver']} / {d['via_get']} / {d['no_ack']})"),
         ("acked / nacked / rejected / requeued", f"{d['acked']} / {d['nacked']} / {d['rejected']} / {d['requeued']}"),
+        ("ack frames (multiple) / nack frames (multiple) / reject frames",
+         f"{d['ack_frames']} ({d['ack_multiple']}) / {d['nack_frames']} ({d['nack_multiple']}) / {d['reject_frames']}"),
         ("redelivered", d["redelivered"]),
         ("unknown tag / double ack / wrong channel", f"{d['unknown_tag']} / {d['double_ack']} / {d['wrong_channel']}"),
-        ("voided by recover / released at close", f"{d['recovered']} / {d['released_at_close']}"),
-        ("unacked at end", d["outstanding"]), ("max in flight", d["max_in_flight"]),
+        ("voided by recover / rolled back / released at close",
+         f"{d['recovered']} / {d['rolled_back']} / {d['released_at_close']}"),
+        ("unacked at end", d["outstanding"]), ("max in flight (over prefetch)", f"{d['max_in_flight']} ({d['over_prefetch']})"),
         ("server-initiated cancels", d["server_cancels"]), ("deliver → ack", _lat(d["latency_ms"]))]))  # fmt: skip
+    if d["consumers"]:
+        console.print(_listing("Consumers", d["consumers"], [
+            ("conn", "conn"), ("channel", "ch"), ("consumer_tag", "consumer"), ("no_ack", "no-ack"),
+            ("prefetch", "prefetch"), ("delivered", "delivered"), ("max_in_flight", "max in flight")]))  # fmt: skip
+    limited = [dict(r, over_prefetch=r.get("over_prefetch", 0)) for r in d["per_channel"]
+               if r.get("prefetch") or r.get("global_prefetch") or r.get("max_in_flight")]  # fmt: skip
+    if limited:
+        console.print(_listing("In flight against prefetch, per channel", limited, [
+            ("conn", "conn"), ("channel", "ch"), ("prefetch", "prefetch"), ("global_prefetch", "global"),
+            ("max_in_flight", "max in flight"), ("time_at_prefetch_limit_s", "s at limit"),
+            ("over_prefetch", "over limit")]))  # fmt: skip
     if d["unacked"]:
-        t = Table(title="Unacked deliveries", title_justify="left")
-        for col in ("conn", "channel", "tag", "consumer", "routing key", "fate"):
-            t.add_column(col)
-        for u in d["unacked"][:30]:
-            t.add_row(str(u["conn"]), str(u["channel"]), str(u["delivery_tag"]), str(u["consumer_tag"] or "(get)"),
-                      u["routing_key"], u["fate"])  # fmt: skip
-        console.print(t)
+        console.print(_listing("Unacked deliveries", [dict(u, consumer=u["consumer_tag"] or "(get)") for u in d["unacked"]], [
+            ("conn", "conn"), ("channel", "ch"), ("delivery_tag", "tag"), ("consumer", "consumer"),
+            ("routing_key", "routing key"), ("redelivered", "redelivered"), ("fate", "fate")]))  # fmt: skip
     if d["bad_acks"]:
-        t = Table(title="Bad acknowledgements", title_justify="left")
-        for col in ("conn", "channel", "method", "tag", "multiple", "packet", "problem"):
-            t.add_column(col)
-        for b in d["bad_acks"][:30]:
-            t.add_row(
-                *(str(b[k]) for k in ("conn", "channel", "method", "delivery_tag", "multiple", "packet", "problem"))
-            )
-        console.print(t)
+        console.print(_listing("Bad acknowledgements", d["bad_acks"], [
+            ("conn", "conn"), ("channel", "ch"), ("method", "method"), ("delivery_tag", "tag"),
+            ("multiple", "multiple"), ("packet", "packet"), ("problem", "problem")]))  # fmt: skip
 
     h = report["heartbeats"]
-    t = Table(title="Heartbeats and connection ends", title_justify="left")
-    for col in (
-        "conn",
-        "proposed",
-        "negotiated",
-        "beats c→s",
-        "beats s→c",
-        "max silence c→s",
-        "max silence s→c",
-        "verdict",
-    ):
-        t.add_column(col)
-    for r in h["connections"]:
-        t.add_row(str(r["conn"]), str(r["proposed"]), str(r["negotiated"]), str(r["heartbeats_c2s"]),
-                  str(r["heartbeats_s2c"]), f"{r['max_silence_c2s']}", f"{r['max_silence_s2c']}", r["verdict"])  # fmt: skip
-    console.print(t)
+    console.print(_listing(f"Heartbeats and connection ends ({h['heartbeat_frames']} heartbeat frames)",
+                           h["connections"], [
+        ("conn", "conn"), ("proposed", "proposed s"), ("negotiated", "negotiated s"), ("heartbeats_c2s", "beats c→s"),
+        ("heartbeats_s2c", "beats s→c"), ("max_silence_c2s", "max silence c→s"),
+        ("max_silence_s2c", "max silence s→c"), ("idle_before_end_c2s", "idle at end c→s"),
+        ("idle_before_end_s2c", "idle at end s→c"), ("verdict", "verdict")]))  # fmt: skip
 
     tr = report["tracing"]
     m, rpc = tr["messages"], tr["rpc"]
     console.print(_kv("Tracing", [
         ("deliveries matched to a publish (cross-connection)", f"{m['matched_deliveries']} ({m['cross_connection']})"),
-        ("unmatched deliveries", m["unmatched_deliveries"]), ("fan-out (deliveries: publishes)", m["fanout"]),
+        ("unmatched deliveries / redeliveries", f"{m['unmatched_deliveries']} / {m['redelivered']}"),
+        ("fan-out (deliveries: publishes)", m["fanout"]),
         ("publish → deliver", _lat(m["publish_to_deliver_ms"])),
         ("RPC requests (direct reply-to) / replied / completed / unanswered",
          f"{rpc['requests']} ({rpc['direct_reply_to']}) / {rpc['replied']} / {rpc['completed']} / {rpc['unanswered']}"),
-        ("RPC round trip", _lat(rpc["round_trip_ms"]))]))  # fmt: skip
+        ("RPC service time (request → reply published)", _lat(rpc["service_ms"])),
+        ("RPC round trip (request → reply delivered)", _lat(rpc["round_trip_ms"]))]))  # fmt: skip
+    if rpc["pairs"]:
+        console.print(_listing("RPC pairs (correlation-id)", rpc["pairs"], [
+            ("correlation_id", "correlation-id"), ("reply_to", "reply-to"), ("request_conn", "req conn"),
+            ("request_packet", "req packet"), ("reply_conn", "reply conn"), ("reply_packet", "reply packet"),
+            ("service_ms", "service ms"), ("round_trip_ms", "round trip ms")]))  # fmt: skip
 
     s = report["security"]
     console.print(_kv("Security audit", [
         ("users", s["users"]), ("vhosts", s["vhosts"]), ("mechanisms", s["mechanisms"]),
         ("client libraries", s["client_libraries"]), ("issues", s["issues"] or "none")]))  # fmt: skip
+    if any(e["password"] for e in s["connections"]):
+        console.print(_listing("Credentials (shown because of --show-credentials)", s["connections"], [
+            ("conn", "conn"), ("user", "user"), ("password", "password"), ("vhost", "vhost"),
+            ("mechanism", "mechanism"), ("outcome", "outcome")]))  # fmt: skip
 
-    rows = [(k, v) for k, v in report["reply_codes"].items()]
-    if rows:
-        console.print(_kv("Reply codes", rows))
-    console.print(_kv("Findings", list(report["findings"].items()) or [("none", "")]))
+    if report["reply_codes"]:
+        console.print(_kv("Reply codes", list(report["reply_codes"].items())))
+    console.print(_kv("Findings (by rule)", list(report["findings"].items()) or [("none", "")]))

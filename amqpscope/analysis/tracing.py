@@ -14,7 +14,7 @@ and the round trip ends when the reply is delivered on the requester's connectio
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..events import Message
@@ -30,7 +30,7 @@ class _Pub:
     channel: int
     ts: float
     packet: int
-    delivered_to: set[tuple[int, int]] = field(default_factory=set)
+    delivered_to: set[tuple[int, int, str]] = field(default_factory=set)  # (conn, channel, consumer)
 
 
 @dataclass(slots=True)
@@ -41,6 +41,21 @@ class _Req:
     packet: int
     reply_to: str
     replied_at: float | None = None
+    reply_conn: int = -1
+    reply_packet: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RpcPair:
+    correlation_id: str
+    reply_to: str
+    request_conn: int
+    request_channel: int
+    request_packet: int
+    reply_conn: int
+    reply_packet: int
+    service_ms: float  # request published → reply published
+    round_trip_ms: float | None  # request published → reply delivered to the requester
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +104,7 @@ class Tracer:
         self.rpc_service = Reservoir()
         self.rpc_round_trip = Reservoir()
         self.rpc_unanswered: list[UnansweredRpc] = []
+        self.rpc_pairs: list[RpcPair] = []
         self.rpc_unanswered_total = 0
 
     def feed(self, msg: Message, conn: int) -> None:
@@ -126,7 +142,9 @@ class Tracer:
     def _deliver(self, msg: Message, conn: int) -> None:
         key = identity(msg)
         lst = self.pubs.get(key) if key else None
-        where = (conn, msg.channel or 0)
+        # one consumer reads one queue: a fan-out reaching two queues consumed on the same channel
+        # is two deliveries of one publish (basic.get names no queue; it counts as one reader)
+        where = (conn, msg.channel or 0, str(msg.args.get("consumer_tag", "(get)")))
         if not lst:
             self.unmatched_deliveries += 1
         elif msg.args.get("redelivered"):
@@ -148,7 +166,7 @@ class Tracer:
         req = self.reqs.get(cid)
         rk = str(msg.args.get("routing_key", ""))
         if req is not None and req.replied_at is None and _reply_matches(req.reply_to, rk):
-            req.replied_at = msg.ts
+            req.replied_at, req.reply_conn, req.reply_packet = msg.ts, conn, msg.first_packet
             self.rpc_replied += 1
             self.rpc_service.add(max(0.0, msg.ts - req.ts))
             return
@@ -170,8 +188,18 @@ class Tracer:
         del self.reqs[str(cid)]
         self.rpc_completed += 1
         self.rpc_round_trip.add(max(0.0, msg.ts - req.ts))
+        self._pair(str(cid), req, msg.ts)
+
+    def _pair(self, cid: str, req: _Req, delivered_at: float | None) -> None:
+        if len(self.rpc_pairs) >= MAX_LISTED or req.replied_at is None:
+            return
+        self.rpc_pairs.append(RpcPair(
+            cid, req.reply_to, req.conn, req.channel, req.packet, req.reply_conn, req.reply_packet,
+            round(max(0.0, req.replied_at - req.ts) * 1000, 3),
+            None if delivered_at is None else round(max(0.0, delivered_at - req.ts) * 1000, 3)))  # fmt: skip
 
     def _rpc_lost(self, cid: str, req: _Req) -> None:
+        self._pair(cid, req, None)
         self.rpc_unanswered_total += 1
         if len(self.rpc_unanswered) < MAX_LISTED:
             state = "no reply published" if req.replied_at is None else "reply published, not seen delivered"
@@ -206,6 +234,7 @@ class Tracer:
                 "unanswered": self.rpc_unanswered_total,
                 "service_ms": self.rpc_service.summary(),
                 "round_trip_ms": self.rpc_round_trip.summary(),
+                "pairs": [asdict(p) for p in self.rpc_pairs],
                 "unanswered_list": [
                     {
                         "conn": u.conn,
