@@ -16,6 +16,7 @@ from amqpscope.filter import compile_filter
 from amqpscope.output.console import ConsoleWriter
 from amqpscope.output.records import record
 from amqpscope.output.writers import WRITERS, JsonlWriter, Writer
+from amqpscope.validate.validator import Validator
 
 from .common import CaptureRun, input_options, load_codec, options_from, run_guarded
 
@@ -82,9 +83,10 @@ def _size(path: str) -> int:
               help="Message bodies: text by content type, else hex (default: preview on a terminal, none otherwise).")
 @click.option("--stats", is_flag=True, help="End with an accounting record: where every stream byte went.")
 @click.option("--no-progress", is_flag=True, help="No progress bar on stderr.")
+@click.option("--no-validate", is_flag=True, help="No inline findings (spec validation, see 'amqpscope validate').")
 def decode(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], show_credentials: bool, fmt: str,
            verbose: bool, count: int | None, display_filter: str | None, body: str | None, stats: bool,
-           no_progress: bool) -> None:  # fmt: skip
+           no_progress: bool, no_validate: bool) -> None:  # fmt: skip
     """Decode AMQP in capture FILES (pcap, pcapng, compressed; - for stdin)."""
 
     def run() -> int:
@@ -97,7 +99,8 @@ def decode(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], sho
         capture.max_packets = count
         progress = _Progress(files, enabled=not no_progress and not isinstance(writer, JsonlWriter) or False)
         try:
-            for ev in progress.wrap(capture.events(), capture.position):
+            stages = () if no_validate else (Validator(codec.spec).stage,)
+            for ev in progress.wrap(capture.events(stages), capture.position):
                 rec = record(ev, writer.body)
                 if predicate is None or predicate(rec):
                     writer.write(ev, rec)

@@ -12,6 +12,7 @@ from .report import report
 from .sniff import sniff
 from .spec import spec
 from .stats import stats
+from .validate import validate
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
@@ -25,6 +26,7 @@ cli.add_command(spec)
 cli.add_command(stats)
 cli.add_command(flow)
 cli.add_command(report)
+cli.add_command(validate)
 cli.add_command(sniff)
 
 

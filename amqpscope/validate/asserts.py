@@ -25,6 +25,9 @@ class CompiledAssert:
     field: str  # python identifier of the field
     severity: str
     check: Check
+    label: str = ""  # the field's spec name, for messages
+    code: int | None = None  # the reply code a conforming peer would answer with
+    pure: bool = True  # the result depends on the value only (not on the connection's context)
 
 
 def _size(value: Any) -> int:
@@ -36,7 +39,12 @@ def _size(value: Any) -> int:
 
 
 def _notnull(a: Assert, f: Field) -> Check:
-    return lambda v, ctx: "is empty" if _size(v) == 0 else None
+    def check(v: Any, ctx: dict[str, Any]) -> str | None:
+        if _size(v):
+            return None
+        return "is 0" if isinstance(v, int) and not isinstance(v, bool) else "is empty"
+
+    return check
 
 
 def _null(a: Assert, f: Field) -> Check:
@@ -106,14 +114,17 @@ def compile_asserts(spec: Spec) -> dict[int, tuple[CompiledAssert, ...]]:
     """Method key -> its compiled asserts (methods without asserts are absent)."""
     out: dict[int, tuple[CompiledAssert, ...]] = {}
     for m in spec.methods():
-        checks = [c for f in m.fields for c in _field_asserts(m, f)]
+        checks = [c for f in m.fields for c in _field_asserts(spec, m, f)]
         if checks:
             out[m.key] = tuple(checks)
     return out
 
 
-def _field_asserts(m: Method, f: Field) -> list[CompiledAssert]:
+def _field_asserts(spec: Spec, m: Method, f: Field) -> list[CompiledAssert]:
     out = []
+    # A field whose own <rule name="syntax"> restates its domain's length/regexp asserts
+    # (exchange.declare exchange, queue.declare queue) reports them under that rule and its code.
+    syntax = next((r for r in f.rules if r.name == "syntax"), None)
     for a in f.asserts:
         kind = _KINDS.get(a.check)
         if kind is None:
@@ -121,5 +132,11 @@ def _field_asserts(m: Method, f: Field) -> list[CompiledAssert]:
         sev = DEVIATION if (a.check, a.origin) in _LENIENT else VIOLATION
         if a.check == "ne" and f.reserved:
             sev = WARNING  # old clients send non-zero tickets; brokers ignore them
-        out.append(CompiledAssert(f"{m.full_name}.{f.name}.assert-{a.check}", f.ident, sev, kind(a, f)))
+        rule = f"{m.full_name}.{f.name}.assert-{a.check}"
+        # a field value the spec forbids: a strict peer answers syntax-error
+        code = spec.constant("syntax-error") if sev != WARNING else None
+        if syntax is not None and a.check in ("regexp", "length"):
+            rule = f"{m.full_name}.{f.name}.syntax"
+            code = spec.constant(syntax.on_failure) if syntax.on_failure else code
+        out.append(CompiledAssert(rule, f.ident, sev, kind(a, f), f.name, code, a.check != "le"))
     return out

@@ -67,6 +67,11 @@ def check_content(cat: Catalogue, cs: ConnState, ev: Frame, content_method: bool
     key = (ev.dir or "", ev.channel or 0)
     cur = cs.content.get(key)
     t = ev.type
+    if cur is None and cs.content_unsure and key not in cs.content_fresh:
+        if t == "method":
+            cs.content_fresh.add(key)  # from here on this channel's content order is known again
+        else:
+            return  # the rest of a message whose start a gap swallowed
     if t == "method":
         if cur is not None:
             what = "content header" if cur[1] < 0 else f"{cur[1]} more body octets"

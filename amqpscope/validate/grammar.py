@@ -87,15 +87,23 @@ class _Parser:
 
     def _alt(self) -> Node:
         alts = [self._seq()]
-        while (t := self._peek()) is not None and t[1] in ("/", "|"):
+        while (t := self._peek()) is not None and t[1] == "/":
             self.i += 1
             alts.append(self._seq())
         return alts[0] if len(alts) == 1 else Node("alt", kids=tuple(alts))
 
     def _seq(self) -> Node:
         items: list[Node] = []
-        while (t := self._peek()) is not None and t[1] not in ("/", "|", ")", "]"):
+        while (t := self._peek()) is not None and t[1] not in ("/", ")", "]"):
+            if t[1] == "|" and items:
+                # 0-9 writes "C:OPEN S:OPEN-OK | S:REDIRECT": read as a choice between the two
+                # neighbours (the reply to open), not as "/" across the whole handshake
+                self.i += 1
+                items[-1] = Node("alt", kids=(items[-1], self._item()))
+                continue
             items.append(self._item())
+        if not items:
+            raise GrammarError("empty alternative in grammar")
         return items[0] if len(items) == 1 else Node("seq", kids=tuple(items))
 
     def _item(self) -> Node:
@@ -183,6 +191,8 @@ def _build(nfa: _Nfa, node: Node, regions: list[Node] | None) -> tuple[int, int]
         nfa.eps[b].append(e)
     elif node.op == "star":
         body = node.kids[0]
+        while body.op == "star":
+            body = body.kids[0]  # *(*x) is *x; a region body must be one transaction, not a loop
         if regions is not None and _has_terms(body):
             nfa.region[s] = len(regions)  # a region: its body runs as concurrent transactions
             regions.append(body)
@@ -340,7 +350,7 @@ MAX_IN_FLIGHT = 64  # transactions per region kept; beyond that the oldest is fo
 class Run:
     """The position of one connection or channel in its automaton."""
 
-    __slots__ = ("auto", "state", "flights")
+    __slots__ = ("auto", "flights", "state")
 
     def __init__(self, auto: Automaton) -> None:
         self.auto = auto

@@ -6,13 +6,14 @@ Rule ids come from the spec (``<scope>.<rule name>``) so they are stable across 
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 from amqpscope.dissect.spec import Spec
 from amqpscope.events import Finding, Frame
 
-from .findings import DEVIATION, INFO, VIOLATION, WARNING, Catalogue
-from .state import ChanState, ConnState
+from .findings import INFO, VIOLATION, WARNING, Catalogue
+from .state import ChanState, ConnState, World
 
 C2S, S2C = "c2s", "s2c"
 
@@ -82,12 +83,13 @@ def channel_lifecycle(cat: Catalogue, ch: ChanState, ev: Frame, name: str, out: 
 
 def _closed(ch: ChanState) -> None:
     """The channel number is free again: forget everything but pending crossing close-oks."""
-    crossing = ch.crossing
+    crossing, closing = ch.crossing, ch.closing
     run = ch.run
-    run.state, run.flights = 0, []
+    if run is not None:
+        run.state, run.flights = 0, []
     ch.__init__(run)  # type: ignore[misc]
     ch.crossing = crossing
-    ch.closing = ch.closing if crossing else None
+    ch.closing = closing if crossing else None
 
 
 # --- connection negotiation -------------------------------------------------------------------------
@@ -157,8 +159,7 @@ def close_codes(cat: Catalogue, spec: Spec, ev: Frame, name: str, args: dict[str
 
 def functional(cat: Catalogue, cs: ConnState, ch: ChanState, ev: Frame, name: str, args: dict[str, Any],
                nowait: bool, out: list[Finding]) -> None:  # fmt: skip
-    d = ev.dir
-    f = _HANDLERS.get((d, name))
+    f = _HANDLERS.get((ev.dir or "", name))
     if f is not None:
         f(cat, cs, ch, ev, args, nowait, out)
 
@@ -197,15 +198,16 @@ def _settle(cat: Catalogue, cs: ConnState, ch: ChanState, ev: Frame, args: dict[
     method = ev.method or ""
     rid = f"{method}.multiple.exists" if method != "basic.reject" else "basic.ack.multiple.exists"
     if multiple:
-        if tag == 0:
-            ch.unacked.clear()
-            return
-        settled = {t for t in ch.unacked if t <= tag}
-        if settled or tag in ch.unacked:
+        settled = {t for t in ch.unacked if t <= tag} if tag else set(ch.unacked)
+        if settled or tag == 0:
             ch.unacked -= settled
+            if ch.tx:
+                ch.tx_settled |= settled
             return
     elif tag in ch.unacked:
         ch.unacked.discard(tag)
+        if ch.tx:
+            ch.tx_settled.add(tag)
         return
     if tag and tag <= ch.max_tag:
         why = f"delivery-tag {tag} was already acknowledged or was delivered with no-ack"
@@ -264,6 +266,17 @@ def _transacted(cat: Catalogue, cs: ConnState, ch: ChanState, ev: Frame, args: d
                 out: list[Finding]) -> None:  # fmt: skip
     if not ch.tx:
         out.append(cat.finding(ev, f"{ev.method}.transacted", VIOLATION, f"{ev.method} on a channel without tx.select"))
+        return
+    if ev.method == "tx.rollback":
+        ch.unacked |= ch.tx_settled  # acks inside a rolled-back transaction never happened
+    ch.tx_settled.clear()
+
+
+def _recover(cat: Catalogue, cs: ConnState, ch: ChanState, ev: Frame, args: dict[str, Any], nowait: bool,
+             out: list[Finding]) -> None:  # fmt: skip
+    # recover requeues every unacknowledged delivery; they come back with new tags, the old ones are void
+    ch.unacked.clear()
+    ch.tx_settled.clear()
 
 
 def _declare_ok(cat: Catalogue, cs: ConnState, ch: ChanState, ev: Frame, args: dict[str, Any], nowait: bool,
@@ -339,7 +352,7 @@ _HANDLERS: dict[tuple[str, str], Any] = {
     (C2S, "basic.ack"): _settle, (C2S, "basic.nack"): _settle, (C2S, "basic.reject"): _settle,
     (S2C, "basic.ack"): _confirm, (S2C, "basic.nack"): _confirm,
     (C2S, "basic.publish"): _publish, (C2S, "tx.select"): _select, (C2S, "confirm.select"): _select,
-    (C2S, "tx.commit"): _transacted, (C2S, "tx.rollback"): _transacted,
+    (C2S, "tx.commit"): _transacted, (C2S, "tx.rollback"): _transacted, (C2S, "basic.recover"): _recover,
     (S2C, "queue.declare-ok"): _declare_ok, (C2S, "queue.declare"): _declare,
     (C2S, "queue.bind"): _queue_known, (C2S, "queue.unbind"): _queue_known, (C2S, "queue.purge"): _queue_known,
     (C2S, "queue.delete"): _queue_known,
@@ -350,4 +363,96 @@ _HANDLERS: dict[tuple[str, str], Any] = {
     (C2S, "basic.recover-async"): _not_implemented("basic.recover-async requeue=0"),
 }  # fmt: skip
 
-__all__ = ["DEVIATION", "channel_lifecycle", "close_codes", "connection_close", "functional", "negotiation"]
+
+
+# --- checks the server's reply decides (checklist §3 "partly") -----------------------------------------
+
+_RESERVED = {"exchange.declare": ("exchange", "exchange.declare.exchange.reserved"),
+             "queue.declare": ("queue", "queue.declare.queue.reserved")}  # fmt: skip
+_STANDARD_EXCHANGES = frozenset({"", "amq.direct", "amq.fanout", "amq.topic", "amq.headers", "amq.match"})
+MAX_SUSPECTS = 16
+
+
+def suspects(cat: Catalogue, world: World, ch: ChanState, ev: Frame, name: str, args: dict[str, Any],
+             out: list[Finding]) -> None:  # fmt: skip
+    """Requests that break a rule only if the server's state says so, decided by its reply.
+
+    A non-passive declare of an ``amq.`` name is legal when that exchange or queue already exists
+    (amq.direct …), which only the server knows: a declare-ok clears it, a channel.close that
+    refuses exactly that request (the oldest unanswered one) confirms the violation. A publish to
+    an exchange nobody in the capture declared is confirmed by a channel.close 404 that arrives
+    while no synchronous request is outstanding (RabbitMQ closes the channel asynchronously).
+    """
+    if ev.dir == C2S:
+        what = _RESERVED.get(name)
+        if what is not None and not args.get("passive"):
+            value = str(args.get(what[0]) or "")
+            if value.startswith("amq."):
+                ch.suspects.append((what[1], ev.packet, f"{name} of {value!r}, a name reserved for standard "
+                                                        f"{what[0]}s, without passive"))
+        if name == "exchange.declare":
+            world.exchanges.add(str(args.get("exchange") or ""))
+        elif name == "basic.publish":
+            ex = str(args.get("exchange") or "")
+            if ex not in _STANDARD_EXCHANGES and ex not in world.exchanges and len(ch.suspects) < MAX_SUSPECTS:
+                ch.suspects.append(("basic.publish.exchange.must-exist", ev.packet,
+                                    f"basic.publish to exchange {ex!r}, which does not exist"))
+        return
+    if not ch.suspects:
+        return
+    if name in ("exchange.declare-ok", "queue.declare-ok"):
+        prefix = name.removesuffix("-ok") + "."
+        for i, s in enumerate(ch.suspects):
+            if s[0].startswith(prefix):
+                del ch.suspects[i]  # the name existed: the declare was legal
+                break
+    elif name == "channel.close":
+        head = ch.pending[C2S][0].packet if ch.pending[C2S] else None
+        code = args.get("reply_code")
+        text = str(args.get("reply_text") or "")
+        confirmed = [s for s in ch.suspects if s[1] == head]
+        if head is None and code == cat.get("basic.publish.exchange.must-exist").code:
+            publishes = [s for s in ch.suspects if s[0] == "basic.publish.exchange.must-exist"]
+            named = [s for s in publishes if s[2].split("'")[1] in text]  # RabbitMQ names the exchange
+            confirmed = (named or publishes)[:1]
+        for rid, packet, message in confirmed:
+            want = cat.get(rid).code
+            verdict = "matches" if code == want else f"expected {want}"
+            out.append(Finding(packet=packet, ts=ev.ts, conn=ev.conn, dir=C2S, channel=ev.channel, rule=rid,
+                               severity=VIOLATION, code=want, message=message, packets=(packet, ev.packet),
+                               peer_reaction=f"server sent channel.close {code} at packet {ev.packet}: {verdict}"))
+        ch.suspects.clear()
+
+
+# --- exclusive queues across connections -------------------------------------------------------------
+
+_QUEUE_USERS = frozenset({"queue.declare", "queue.bind", "queue.unbind", "queue.purge", "queue.delete",
+                          "basic.consume", "basic.get"})  # fmt: skip
+
+
+def exclusive(cat: Catalogue, world: World, ev: Frame, name: str, args: dict[str, Any], nowait: bool,
+              out: list[Finding]) -> None:
+    """queue.declare exclusive: no other connection may use the queue while its owner is open."""
+    key = (ev.conn, ev.channel or 0)
+    if ev.dir == S2C:
+        if name == "queue.declare-ok":
+            flags = world.declares.get(key)
+            if flags and flags.popleft():
+                world.exclusive[str(args.get("queue") or "")] = ev.conn
+        return
+    if name not in _QUEUE_USERS:
+        return
+    queue = str(args.get("queue") or "")
+    owner = world.exclusive.get(queue)
+    if owner is not None and owner != ev.conn:
+        out.append(cat.finding(ev, "queue.declare.exclusive.exclusive", VIOLATION,
+                               f"{name} of queue {queue!r}, declared exclusive by connection {owner}, "
+                               "which is still open"))
+    elif name == "queue.declare":
+        if nowait:
+            if args.get("exclusive") and queue:
+                world.exclusive[queue] = ev.conn
+        else:
+            world.declares.setdefault(key, deque()).append(bool(args.get("exclusive")))
+    elif name == "queue.delete" and owner == ev.conn:
+        del world.exclusive[queue]

@@ -23,12 +23,15 @@ class Pending:
 
 @dataclass(slots=True)
 class ChanState:
-    run: Run
+    run: Run | None
+    sure: bool = True  # False: opened before the capture started or before a gap; state unknown
     open: bool = False  # channel.open seen and no close completed since
     closing: str | None = None  # direction of the peer that sent channel.close
+    close_packet: int = 0
     crossing: int = 0  # close-oks still to ignore after crossing closes
     pending: dict[str, deque[Pending]] = field(default_factory=lambda: {"c2s": deque(), "s2c": deque()})
     tx: bool = False
+    tx_settled: set[int] = field(default_factory=set)  # tags settled in the open transaction
     confirm: bool = False
     published: int = 0  # publishes since confirm.select (the server's ack tags count these)
     unconfirmed: set[int] = field(default_factory=set)
@@ -38,6 +41,7 @@ class ChanState:
     consumes: deque[tuple[str, bool]] = field(default_factory=deque)  # consume awaiting consume-ok
     gets: deque[bool] = field(default_factory=deque)  # no-ack of each basic.get awaiting its reply
     queue_known: bool = False  # a queue was declared on this channel (empty names refer to it)
+    suspects: list[tuple[str, int, str]] = field(default_factory=list)  # (rule, packet, text) the reply decides
 
 
 @dataclass(slots=True)
@@ -51,11 +55,14 @@ class Held:
 
 @dataclass(slots=True)
 class ConnState:
-    conn_auto: Automaton
-    chan_auto: Automaton
-    run: Run = field(init=False)
+    conn_auto: Automaton | None
+    chan_auto: Automaton | None
+    run: Run | None = field(init=False)
     trusted: bool = True  # False after a gap/resync or a mid-stream start: state checks stop
     started: bool = False  # the client's protocol header (or a frame) was seen
+    header: str | None = None  # the version the client's protocol header asked for
+    rejected: int = 0  # packet of the server's protocol header answering the client's (0: none)
+    opened: bool = False  # connection.open-ok seen
     tuned: bool = False
     frame_max: int = 0
     channel_max: int = 0
@@ -63,17 +70,49 @@ class ConnState:
     mechanisms: list[str] | None = None
     locales: list[str] | None = None
     closing: str | None = None  # direction of the connection.close sender
+    close_packet: int = 0
     closed: bool = False
-    rejected_header: bool = False
     chans: dict[int, ChanState] = field(default_factory=dict)
     content: dict[tuple[str, int], list[int]] = field(default_factory=dict)  # (dir, ch) -> [class, remaining]
+    content_unsure: bool = False  # a gap lost content state: stray header/body frames are not flagged
+    content_fresh: set[tuple[str, int]] = field(default_factory=set)  # (dir, ch) with a method since the gap
     held: list[Held] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.run = Run(self.conn_auto)
+        self.run = Run(self.conn_auto) if self.conn_auto is not None else None
 
     def chan(self, number: int) -> ChanState:
         ch = self.chans.get(number)
         if ch is None:
-            ch = self.chans[number] = ChanState(Run(self.chan_auto))
+            run = Run(self.chan_auto) if self.chan_auto is not None else None
+            ch = self.chans[number] = ChanState(run)
+            if not self.trusted:
+                ch.sure, ch.open = False, True  # opened where the capture cannot show it
         return ch
+
+    def lose_track(self) -> None:
+        """A gap, resync or malformed stretch: whatever was in it is unknown from here on."""
+        self.trusted = False
+        for ch in self.chans.values():
+            ch.sure = False
+            for fifo in ch.pending.values():
+                fifo.clear()
+        self.content.clear()
+        self.content_unsure = True
+        self.content_fresh.clear()
+
+
+@dataclass(slots=True)
+class World:
+    """What one connection can learn about the broker from the others in the same capture."""
+
+    exchanges: set[str] = field(default_factory=set)  # declared somewhere in the capture
+    exclusive: dict[str, int] = field(default_factory=dict)  # exclusive queue name -> owning connection
+    declares: dict[tuple[int, int], deque[bool]] = field(default_factory=dict)  # (conn, ch) -> exclusive flags
+
+    def forget(self, conn: int) -> None:
+        """A connection ended: its exclusive queues are gone with it."""
+        for name in [q for q, owner in self.exclusive.items() if owner == conn]:
+            del self.exclusive[name]
+        for key in [k for k in self.declares if k[0] == conn]:
+            del self.declares[key]

@@ -1,0 +1,124 @@
+"""``amqpscope validate``: check captures against the spec's grammars, asserts and rules."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import IO
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from amqpscope.events import Finding
+from amqpscope.output.records import dumps
+from amqpscope.validate.findings import RANK, SEVERITIES, at_or_above
+from amqpscope.validate.validator import Validator
+
+from .common import EXIT_FINDINGS, CaptureRun, input_options, load_codec, options_from, run_guarded
+
+_STYLE = {"violation": "bold red", "deviation": "yellow", "warning": "yellow", "info": "blue"}
+
+
+@dataclass(slots=True)
+class _Group:
+    rule: str
+    severity: str
+    code: int | None
+    count: int = 0
+    first: list[tuple[str, Finding]] = field(default_factory=list)  # (file, finding), a few
+
+
+def _summary_line(counts: dict[str, int]) -> str:
+    parts = [f"{counts[s]} {s}{'s' if counts[s] != 1 else ''}" for s in SEVERITIES if counts.get(s)]
+    return ", ".join(parts) if parts else "no findings"
+
+
+def _where(path: str, f: Finding, several: bool) -> str:
+    loc = f"{path}:" if several else ""
+    ch = "" if f.channel is None else f" ch{f.channel}"
+    return f"{loc}#{f.packet} conn {f.conn}{ch}"
+
+
+def _render(out: IO[str], groups: list[_Group], counts: dict[str, int], files: tuple[str, ...], first: int) -> None:
+    console = Console(file=out, highlight=False, width=None if out.isatty() else 160)
+    several = len(files) > 1
+    if not groups:
+        console.print("[green]no findings[/]: every connection follows the spec's grammars, asserts and rules")
+        return
+    table = Table(title="Findings by rule", title_justify="left", show_lines=True)
+    table.add_column("severity")
+    table.add_column("rule")
+    table.add_column("code", justify="right")
+    table.add_column("count", justify="right")
+    table.add_column("first occurrences")
+    for g in groups:
+        lines = []
+        for path, f in g.first[:first]:
+            line = f"{escape(_where(path, f, several))}: {escape(f.message)}"
+            if f.peer_reaction:
+                line += f"\n  [dim]↳ {escape(f.peer_reaction)}[/]"
+            lines.append(line)
+        style = _STYLE.get(g.severity, "white")
+        table.add_row(f"[{style}]{g.severity}[/]", g.rule, "" if g.code is None else str(g.code), str(g.count),
+                      "\n".join(lines))  # fmt: skip
+    console.print(table)
+    console.print(f"[bold]{_summary_line(counts)}[/] in {len(files)} file{'s' if several else ''}")
+
+
+@click.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(allow_dash=True))
+@input_options
+@click.option("-T", "--format", "fmt", type=click.Choice(["auto", "rich", "jsonl"]), default="auto",
+              show_default=True, help="rich report grouped by rule, or one JSON object per finding; "
+              "auto is rich on a terminal, jsonl otherwise.")  # fmt: skip
+@click.option("--fail-on", type=click.Choice(list(SEVERITIES)), default="violation", show_default=True,
+              help="Exit 1 when a finding of this severity or a worse one exists.")
+@click.option("--min-severity", type=click.Choice(list(SEVERITIES)), default="info", show_default=True,
+              help="Report only findings of this severity or a worse one.")
+@click.option("--first", type=click.IntRange(min=1), default=3, show_default=True,
+              help="First occurrences shown per rule (rich report).")
+def validate(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], show_credentials: bool, fmt: str,
+             fail_on: str, min_severity: str, first: int) -> None:  # fmt: skip
+    """Check AMQP in capture FILES against the spec: grammars, asserts, frame rules, semantic rules.
+
+    Exit status: 0 no finding at or above --fail-on; 1 such findings exist; 2 usage or spec error;
+    3-6 capture errors (unreadable, not a capture, truncated, corrupt).
+    """
+
+    def run() -> int:
+        codec = load_codec(spec)
+        validator = Validator(codec.spec)
+        capture = CaptureRun(files, codec, options_from(ports, show_credentials, keep_bodies=False))
+        out = sys.stdout
+        chosen = fmt if fmt != "auto" else ("rich" if out.isatty() else "jsonl")
+        groups: dict[tuple[str, str], _Group] = {}
+        counts: dict[str, int] = {}
+        failing = False
+        for ev in capture.events((validator.stage,)):
+            if type(ev) is not Finding:
+                continue
+            f: Finding = ev
+            if not at_or_above(f.severity, min_severity):
+                continue
+            path = capture.stats[-1][0] if capture.stats else ""
+            counts[f.severity] = counts.get(f.severity, 0) + 1
+            failing = failing or at_or_above(f.severity, fail_on)
+            if chosen == "jsonl":
+                out.write(dumps({**f.to_record(), "file": path}) + "\n")
+                continue
+            g = groups.get((f.rule, f.severity))
+            if g is None:
+                g = groups[(f.rule, f.severity)] = _Group(f.rule, f.severity, f.code)
+            g.count += 1
+            if len(g.first) < first:
+                g.first.append((path, f))
+        if chosen == "rich":
+            ordered = sorted(groups.values(), key=lambda g: (RANK[g.severity], -g.count, g.rule))
+            _render(out, ordered, counts, files, first)
+        if capture.exit_code:
+            return capture.exit_code
+        return EXIT_FINDINGS if failing else 0
+
+    run_guarded(run)
