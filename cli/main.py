@@ -6,6 +6,7 @@ import click
 
 from amqpscope import __version__
 
+from .batch import batch
 from .decode import decode
 from .flow import flow
 from .report import report
@@ -22,6 +23,7 @@ def cli() -> None:
 
 
 cli.add_command(decode)
+cli.add_command(batch)
 cli.add_command(spec)
 cli.add_command(stats)
 cli.add_command(flow)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["tests.conftest_broker"]
+pytest_plugins = ["tests.conftest_broker", "tests.conftest_spark"]
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 CAPTURES = SHARED / "captures"

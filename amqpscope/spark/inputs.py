@@ -100,14 +100,22 @@ def list_hadoop(spark: Any, spec: str) -> list[Capture]:
             it = fs.listFiles(st.getPath(), True)
             while it.hasNext():
                 f = it.next()
-                name = f.getPath().toString()
-                if is_capture_name(name) and not _hidden(name, st.getPath().toString()):
+                name = _uri(f.getPath())
+                if is_capture_name(name) and not _hidden(name, _uri(st.getPath())):
                     out.append(Capture(name, int(f.getLen())))
         else:
-            out.append(Capture(st.getPath().toString(), int(st.getLen())))
+            out.append(Capture(_uri(st.getPath()), int(st.getLen())))
     if not out:
         raise InputError(f"no capture files at {spec!r}")
     return out
+
+
+def _uri(path: Any) -> str:
+    """A Hadoop ``Path`` as the URI the local listing gives (``file:/x`` is ``file:///x`` there)."""
+    text = str(path.toString())
+    if text.startswith("file:/") and not text.startswith("file://"):
+        return "file://" + text[len("file:") :]
+    return text
 
 
 def _hidden(name: str, root: str) -> bool:
@@ -134,7 +142,7 @@ def open_stream(uri: str) -> IO[bytes]:
     ``pyarrow.fs`` (hdfs needs libhdfs and the Hadoop CLASSPATH on the node; ``s3a://`` is read as
     ``s3://`` with the usual AWS credentials)."""
     if is_local(uri):
-        return open(local_path(uri), "rb")  # noqa: SIM115 - the caller closes it
+        return open(local_path(uri), "rb")
     from pyarrow import fs as pafs
 
     if uri.startswith(("s3a://", "s3n://")):
@@ -142,3 +150,15 @@ def open_stream(uri: str) -> IO[bytes]:
     filesystem, path = pafs.FileSystem.from_uri(uri)
     stream: IO[bytes] = filesystem.open_input_stream(path, compression=None)  # the reader detects gzip etc.
     return stream
+
+
+def parse_size(text: str) -> int:
+    """``64m``, ``1g``, ``500k`` or a byte count."""
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    t = text.strip().lower().removesuffix("b").removesuffix("i")
+    try:
+        if t and t[-1] in units:
+            return int(float(t[:-1]) * units[t[-1]])
+        return int(t)
+    except ValueError:
+        raise ValueError(f"not a size: {text!r} (use e.g. 64m, 1g)") from None

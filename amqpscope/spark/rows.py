@@ -10,7 +10,6 @@ Columns that are the same for the whole capture (capture URI, partition values) 
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -60,7 +59,7 @@ class TableRows:
             self.cols[name].append(row.get(name))
 
     def _compile(self, cls: type) -> Callable[[Event], None]:
-        fields = {f.name: f for f in record_fields(cls)} if dataclasses.is_dataclass(cls) else {}
+        fields = {f.name: f for f in record_fields(cls)} if issubclass(cls, Event) else {}
         ns: dict[str, Any] = {"_map": map_items}
         lines = ["def add(ev):"]
         promoted = {c for c, _ in PROMOTED_ARGS} | {c for _, c, _ in PROMOTED_PROPERTIES}

@@ -20,10 +20,21 @@ from typing import Any
 
 import pyarrow as pa
 
-from amqpscope.events import Accounting, Connection, Event, Finding, Frame, Gap, Malformed, Message, ProtocolHeader, Resync
+from amqpscope.events import (
+    Accounting,
+    Connection,
+    Event,
+    Finding,
+    Frame,
+    Gap,
+    Malformed,
+    Message,
+    ProtocolHeader,
+    Resync,
+)
 
 SCHEMA_VERSION = 1
-SCHEMA_FINGERPRINT = "f1ea0ebd30a82e94"  # of describe(); see module doc before changing
+SCHEMA_FINGERPRINT = "6624db5a11ae082b"  # of describe(); see module doc before changing
 
 # Partition columns, last in every table: the capture's UTC day (of its first packet) and a stable
 # id of its URI. Rerunning the job over a capture overwrites exactly its partitions.
@@ -117,7 +128,7 @@ def _event_table(name: str, classes: tuple[type[Event], ...], promoted: bool = F
     for cls in classes:
         for f in record_fields(cls):
             typ, nullable = arrow_type(str(f.type))
-            nullable = nullable or len(classes) > 1 and not all(f.name in _names(c) for c in classes)
+            nullable = nullable or (len(classes) > 1 and not all(f.name in _names(c) for c in classes))
             old = cols.get(f.name)
             if old is not None:
                 if old.type != typ:

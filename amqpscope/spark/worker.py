@@ -23,6 +23,7 @@ from amqpscope.events import Event
 from amqpscope.packets import RawPacket
 from amqpscope.pipeline import RunStats
 from amqpscope.session import Options
+from amqpscope.validate.validator import Validator
 
 from .inputs import open_stream
 from .rows import TableRows
@@ -57,6 +58,7 @@ class JobConfig:
     batch_rows: int = 65536  # rows per Arrow batch: bounds executor memory whatever the file size
     plan_bytes: int = 32 << 20  # capture prefix weighed to split a capture by flow (split.py)
     tables: tuple[str, ...] = field(default_factory=lambda: tuple(TABLES))
+    validate: bool = True  # run the validator stage: its findings fill the ``findings`` table
 
 
 def output_schema() -> pa.Schema:
@@ -67,6 +69,7 @@ def output_schema() -> pa.Schema:
 
 _OUTPUT = output_schema()
 _codecs: dict[str | None, Codec] = {}  # Python workers are reused across tasks: compile a spec once
+_validators: dict[str | None, Validator] = {}
 
 
 def _codec(spec: str | None) -> Codec:
@@ -74,6 +77,14 @@ def _codec(spec: str | None) -> Codec:
     if codec is None:
         codec = _codecs[spec] = get_codec(spec)
     return codec
+
+
+def _validator(spec: str | None) -> Validator:
+    """The validator compiled from a spec (its grammars), kept per worker; state is per capture."""
+    v = _validators.get(spec)
+    if v is None:
+        v = _validators[spec] = Validator(_codec(spec).spec)
+    return v
 
 
 def wrap(table: str, batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -136,6 +147,10 @@ def decode_capture(sl: Slice, config: JobConfig) -> Iterator[tuple[str, pa.Recor
             constants["capture_date"] = _date(first)
             packets = itertools.chain((first,), packets)
         events: Iterator[Event] = decode_slice(packets, _codec(config.spec), options, stats, _mine(sl, config))
+        if config.validate:
+            # per slice: connection checks are exact; the few that look across connections
+            # (exclusive queues, exchanges declared elsewhere) see only this slice's connections
+            events = _validator(config.spec).stage(events)
         for ev in events:
             name = TABLE_OF_KIND.get(ev.kind)
             table = rows.get(name) if name else None

@@ -1,0 +1,371 @@
+"""The Spark batch job (``amqpscope batch``): Parquet tables equal to a single-process decode.
+
+One job over the shared captures plus a damaged archive (a truncated capture, a file that is not
+a capture, a gzip-compressed capture) is shared by the Spark tests, then run a second time into
+the same directory. Planning, splitting and the schema are checked without Spark.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import gzip
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.dataset as pads
+import pytest
+
+from amqpscope.capture import CaptureError, TruncatedCapture, read_packets
+from amqpscope.dissect.codec import get_codec
+from amqpscope.events import EVENT_TYPES, Event, Frame
+from amqpscope.output.records import dumps
+from amqpscope.pipeline import RunStats, decode_packets
+from amqpscope.session import Options
+from amqpscope.spark import schema
+from amqpscope.spark.inputs import Capture, list_inputs, local_path
+from amqpscope.spark.job import JobOptions, pack, plan_slices, run_job
+from amqpscope.spark.split import decode_slice, flow_key, hash_slice
+from amqpscope.spark.split import plan_slices as plan_flows
+from amqpscope.spark.worker import Slice
+from amqpscope.validate.validator import Validator
+
+COMPARED = ("events", "messages", "connections", "findings")  # event tables compared row by row
+_PROMOTED = {col: (src, key, typ) for src, pairs in (
+    ("args", [(c, c, t) for c, t in schema.PROMOTED_ARGS]),
+    ("properties", schema.PROMOTED_PROPERTIES)) for key, col, typ in pairs}  # fmt: skip
+_PY = {pa.string(): str, pa.int64(): int, pa.bool_(): bool}
+
+
+# --- single-process reference ---------------------------------------------------------------------
+
+
+def reference_events(uri: str) -> tuple[list[Event], CaptureError | None]:
+    """What one process decodes from a capture: every event until the capture error, if any."""
+    events: list[Event] = []
+    try:
+        codec = get_codec()
+        stages = (Validator(codec.spec).stage,)  # as `amqpscope decode` does by default
+        for ev in decode_packets(read_packets(local_path(uri)), codec, Options(), stages=stages):
+            events.append(ev)
+    except CaptureError as exc:
+        return events, exc
+    return events, None
+
+
+def _map(d: dict[str, Any] | None) -> tuple[tuple[str, str], ...] | None:
+    if d is None:
+        return None
+    return tuple(sorted((k, v if isinstance(v, str) else dumps(v)) for k, v in d.items()))
+
+
+def expected_row(table: schema.Table, uri: str, ev: Event) -> tuple[Any, ...]:
+    """The row a table should hold for an event, built from ``to_record`` (not from rows.py)."""
+    rec = ev.to_record()
+    out: list[Any] = []
+    for f in table.schema:
+        name = f.name
+        if name in schema.PARTITION_COLUMNS or name == "time":
+            continue
+        if name == "capture":
+            value: Any = uri
+        elif name in rec:
+            value = _map(rec[name]) if f.type == schema.MAP else rec[name]
+        elif name in _PROMOTED and table.promoted:
+            src, key, typ = _PROMOTED[name]
+            v = (rec.get(src) or {}).get(key)
+            value = v if type(v) is _PY[typ] else None
+        else:
+            value = None
+        out.append((name, value))
+    return tuple(out)
+
+
+def actual_rows(table: schema.Table, rows: Iterable[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    out = []
+    for r in rows:
+        items = []
+        for f in table.schema:
+            if f.name in schema.PARTITION_COLUMNS or f.name == "time":
+                continue
+            v = r[f.name]
+            if f.type == schema.MAP and v is not None:
+                v = tuple(sorted(v))
+            elif isinstance(v, list):
+                v = tuple(v)
+            items.append((f.name, v))
+        out.append(tuple(items))
+    return out
+
+
+def read_table(out: Path, name: str) -> list[dict[str, Any]]:
+    path = out / name
+    if not path.exists():
+        return []
+    return pads.dataset(str(path), format="parquet", partitioning="hive").to_table().to_pylist()
+
+
+def read_all(out: Path) -> dict[str, list[dict[str, Any]]]:
+    return {name: read_table(out, name) for name in schema.TABLES}
+
+
+def expected_tables(captures: list[Capture]) -> tuple[dict[str, Counter[tuple[Any, ...]]], dict[str, CaptureError]]:
+    want: dict[str, Counter[tuple[Any, ...]]] = {name: Counter() for name in COMPARED}
+    errors: dict[str, CaptureError] = {}
+    for cap in captures:
+        events, err = reference_events(cap.uri)
+        if err is not None:
+            errors[cap.uri] = err
+        for ev in events:
+            name = schema.TABLE_OF_KIND.get(ev.kind)
+            if name in want:
+                want[name][expected_row(schema.TABLES[name], cap.uri, ev)] += 1
+    return want, errors
+
+
+def assert_same(name: str, got: Counter[tuple[Any, ...]], want: Counter[tuple[Any, ...]]) -> None:
+    missing, extra = want - got, got - want
+    if missing or extra:
+        first = next(iter(missing or extra))
+        pytest.fail(f"{name}: {sum(missing.values())} rows missing, {sum(extra.values())} unexpected; "
+                    f"first {'missing' if missing else 'unexpected'}: {dict(first)}")  # fmt: skip
+
+
+# --- the shared job -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory: pytest.TempPathFactory, captures_dir: Path) -> Path:
+    """Damaged and compressed captures beside the shared ones."""
+    d = tmp_path_factory.mktemp("archive")
+    whole = (captures_dir / "s04_pika_consumer_acks.pcap").read_bytes()
+    (d / "truncated.pcap").write_bytes(whole[: len(whole) * 2 // 3])
+    (d / "garbage.pcap").write_bytes(b"this is not a capture file\n" * 10)
+    (d / "s03_copy.pcap.gz").write_bytes(gzip.compress((captures_dir / "s03_amqpstorm_tx.pcap").read_bytes()))
+    return d
+
+
+@pytest.fixture(scope="module")
+def first_run(spark: Any, archive: Path, captures_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("batch") / "out"
+    # split_bytes far below s05's 12 MB: its two connections decode as two slices in parallel
+    opts = JobOptions(inputs=(str(captures_dir), str(archive)), out=str(out), split_bytes=1 << 20)
+    result = run_job(opts, spark)
+    captures = list_inputs(opts.inputs)
+    return {"out": out, "opts": opts, "result": result, "captures": captures, "tables": read_all(out)}
+
+
+@pytest.mark.spark
+def test_tables_equal_single_process_decode(first_run: dict[str, Any]) -> None:
+    """Every row of events, messages and connections, all columns, equals the single-process
+    decode of the same files (the truncated capture: the events before its broken end)."""
+    assert first_run["result"].slices > first_run["result"].captures  # s05 really was split
+    want, _errors = expected_tables(first_run["captures"])
+    assert sum(want["events"].values()) > 6000
+    for name in COMPARED:
+        got = Counter(actual_rows(schema.TABLES[name], first_run["tables"][name]))
+        assert_same(name, got, want[name])
+
+
+@pytest.mark.spark
+def test_partition_and_time_columns(first_run: dict[str, Any]) -> None:
+    by_uri = {c.uri: c for c in first_run["captures"]}
+    for row in first_run["tables"]["events"]:
+        cap = by_uri[row["capture"]]
+        assert row["capture_id"] == cap.capture_id
+        assert row["capture_date"] == dt.datetime.fromtimestamp(row["ts"], dt.UTC).strftime("%Y-%m-%d")
+        assert abs(row["time"].timestamp() - row["ts"]) < 2e-6
+        assert row["time"].tzinfo is not None  # written as TIMESTAMP_MICROS (UTC), not INT96
+
+
+@pytest.mark.spark
+def test_promoted_columns_make_sql_simple(spark: Any, first_run: dict[str, Any]) -> None:
+    """The typed columns answer the usual questions without map lookups, in Spark SQL."""
+    out = first_run["out"]
+    spark.read.parquet(str(out / "events")).createOrReplaceTempView("events")
+    acks = spark.sql("SELECT count(*) AS n, sum(CAST(multiple AS INT)) AS m FROM events "
+                     "WHERE method = 'basic.ack' AND dir = 's2c' AND capture LIKE '%s02_pika_confirms.pcap'").collect()  # fmt: skip
+    assert (acks[0]["n"], acks[0]["m"]) == (135, 38)  # the facts in captures/README.md (tshark)
+    top = spark.sql("SELECT routing_key, count(*) AS n FROM events WHERE method = 'basic.publish' "
+                    "GROUP BY routing_key ORDER BY n DESC, routing_key LIMIT 1").collect()  # fmt: skip
+    assert top[0]["n"] > 1
+    codes = spark.sql("SELECT reply_code, args['reply_code'] AS text FROM events "
+                      "WHERE method = 'channel.close' AND reply_code = 406").collect()  # fmt: skip
+    assert codes and all(r["text"] == "406" for r in codes)
+
+
+@pytest.mark.spark
+def test_damaged_captures_give_error_rows_and_the_rest_decodes(first_run: dict[str, Any]) -> None:
+    errors = {Path(r["capture"]).name: r for r in first_run["tables"]["errors"]}
+    assert set(errors) == {"truncated.pcap", "garbage.pcap"}
+    assert (errors["truncated.pcap"]["error"], errors["truncated.pcap"]["exit_code"]) == ("TruncatedCapture", 5)
+    assert (errors["garbage.pcap"]["error"], errors["garbage.pcap"]["exit_code"]) == ("NotACapture", 4)
+    _events, err = reference_events(errors["truncated.pcap"]["capture"])
+    assert isinstance(err, TruncatedCapture) and errors["truncated.pcap"]["packets_read"] == err.packets_read
+    assert errors["truncated.pcap"]["message"] == str(err)
+    decoded = {Path(r["capture"]).name for r in first_run["tables"]["events"]}
+    assert "truncated.pcap" in decoded and "s03_copy.pcap.gz" in decoded  # rows before the cut, gzip read
+    assert len(decoded) == len(first_run["captures"]) - 1  # all but garbage.pcap
+    assert sorted(Path(c).name for c, _ in first_run["result"].errors) == ["garbage.pcap", "truncated.pcap"]
+    captures = first_run["tables"]["captures"]
+    assert {Path(r["capture"]).name for r in captures if not r["ok"]} == {"truncated.pcap", "garbage.pcap"}
+
+
+@pytest.mark.spark
+def test_written_parquet_schema_is_the_declared_one(first_run: dict[str, Any]) -> None:
+    for name, table in schema.TABLES.items():
+        path = first_run["out"] / name
+        if not path.exists():
+            continue  # no rows (findings until a validator stage emits them)
+        written = pads.dataset(str(path), format="parquet", partitioning="hive").schema
+        declared = [(f.name, f.type) for f in table.schema if f.name not in schema.PARTITION_COLUMNS]
+        assert [(f.name, f.type) for f in written if f.name not in schema.PARTITION_COLUMNS] == declared, name
+    manifest = (first_run["out"] / "_amqpscope.json").read_text()
+    assert f'"schema_version": {schema.SCHEMA_VERSION}' in manifest
+
+
+@pytest.mark.spark
+def test_rerun_replaces_rows_never_duplicates(spark: Any, first_run: dict[str, Any], archive: Path,
+                                              captures_dir: Path) -> None:  # fmt: skip
+    """Run again into the same directory after the truncated capture was completed: every table
+    equals the decode of the files as they are now; the old error row is gone."""
+    out = first_run["out"]
+    (archive / "truncated.pcap").write_bytes((captures_dir / "s04_pika_consumer_acks.pcap").read_bytes())
+    result = run_job(first_run["opts"], spark)
+    assert result.deleted >= 1  # the errors partition of the now complete capture
+    tables = read_all(out)
+    want, _errors = expected_tables(list_inputs(first_run["opts"].inputs))
+    for name in COMPARED:
+        assert_same(name, Counter(actual_rows(schema.TABLES[name], tables[name])), want[name])
+    assert [Path(r["capture"]).name for r in tables["errors"]] == ["garbage.pcap"]
+    assert len(tables["captures"]) == len(first_run["tables"]["captures"])
+
+
+# --- Hadoop listing, command line ----------------------------------------------------------------
+
+
+@pytest.mark.spark
+def test_hadoop_listing_matches_local_listing(spark: Any, captures_dir: Path) -> None:
+    from amqpscope.spark.inputs import list_hadoop
+
+    local = list_inputs([str(captures_dir)])
+    hadoop = list_hadoop(spark, f"file://{captures_dir}/*.pcap")
+    assert sorted(hadoop, key=lambda c: c.uri) == sorted(local, key=lambda c: c.uri)
+
+
+def test_cli_help_does_not_import_pyspark() -> None:
+    code = "import sys; from amqpscope.cli.main import cli; assert 'pyspark' not in sys.modules; cli(['--help'])"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "batch" in proc.stdout
+
+
+@pytest.mark.spark
+def test_cli_batch_bad_input_is_one_line(spark: Any, tmp_path: Path) -> None:
+    from amqpscope.cli.main import cli
+    from click.testing import CliRunner
+
+    res = CliRunner().invoke(cli, ["batch", str(tmp_path / "missing"), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2
+    assert res.output.strip().splitlines() == [f"amqpscope: error: no such file or directory: '{tmp_path / 'missing'}'"]
+
+
+# --- splitting a capture by TCP flow (no Spark) -------------------------------------------------
+
+
+def _records(events: Iterable[Event]) -> Counter[str]:
+    return Counter(dumps(ev.to_record()) for ev in events)
+
+
+@pytest.mark.parametrize("name,slices,plan_bytes", [
+    ("s07_pika_many_channels.pcap", 3, 64 << 10),  # a prefix: the flows starting later are hashed
+    ("s11_amqptools_basic.pcap", 4, 16 << 10),
+    ("s05_pika_large_bodies.pcap", 2, 1 << 30),  # the whole file weighed: one heavy flow per slice
+])  # fmt: skip
+def test_capture_decoded_in_slices_equals_whole(captures_dir: Path, name: str, slices: int, plan_bytes: int) -> None:
+    path = captures_dir / name
+    codec = get_codec()
+    whole = list(decode_packets(read_packets(path), codec, Options()))
+    plan = plan_flows(read_packets(path), slices, plan_bytes=plan_bytes)
+    parts = []
+    for i in range(slices):
+        def mine(key: Any, i: int = i) -> bool:
+            return plan.get(key, hash_slice(key, slices)) == i
+
+        parts.append(list(decode_slice(read_packets(path), codec, Options(), RunStats(), mine)))
+    merged: Counter[str] = Counter()
+    for p in parts:
+        merged += _records(p)
+    assert merged == _records(whole)
+    conns = [{ev.conn for ev in p} for p in parts]
+    assert sum(len(c) for c in conns) == len(set().union(*conns))  # each connection in one slice
+    assert sum(1 for c in conns if c) >= 2  # the work really is spread
+
+
+def test_flow_plan_balances_heavy_flows(captures_dir: Path) -> None:
+    path = captures_dir / "s07_pika_many_channels.pcap"
+    plan = plan_flows(read_packets(path), 2, plan_bytes=1 << 30)
+    assert set(plan.values()) == {0, 1}
+    assert flow_key(("b", 1), ("a", 2)) == flow_key(("a", 2), ("b", 1))
+
+
+# --- planning (no Spark) -------------------------------------------------------------------------
+
+
+def test_plan_splits_only_the_long_pole() -> None:
+    caps = [Capture(f"file:///a/{i}.pcap", 10 << 20) for i in range(4)] + [Capture("file:///a/big.pcap", 4 << 30)]
+    slices = plan_slices(caps, parallelism=4, split_bytes=64 << 20)
+    counts = Counter(s.uri for s in slices)
+    assert counts["file:///a/big.pcap"] == 4 and all(counts[c.uri] == 1 for c in caps[:4])
+    many = [Capture(f"file:///b/{i}.pcap", 100 << 20) for i in range(40)]
+    assert len(plan_slices(many, parallelism=2, split_bytes=64 << 20)) == 40  # many files: no split
+
+
+def test_pack_is_even_and_keeps_every_slice() -> None:
+    slices = [Slice(f"u{i}", f"c{i}", size) for i, size in enumerate([100, 90, 50, 40, 30, 20, 10, 5])]
+    parts = pack(slices, 3)
+    assert sorted(s.uri for p in parts for s in p) == sorted(s.uri for s in slices)
+    loads = [sum(s.cost for s in p) for p in parts]
+    assert max(loads) - min(loads) <= 30
+    assert len(pack(slices[:2], 8)) == 2
+
+
+# --- schema in sync with the event model (no Spark) ----------------------------------------------
+
+
+def test_schema_fingerprint_pins_the_event_model() -> None:
+    """Fails when an event dataclass changes: bump SCHEMA_VERSION and update SCHEMA_FINGERPRINT."""
+    assert schema.fingerprint() == schema.SCHEMA_FINGERPRINT, (
+        "events.py changed the Parquet layout: bump schema.SCHEMA_VERSION and set SCHEMA_FINGERPRINT to "
+        f"{schema.fingerprint()!r}")  # fmt: skip
+
+
+def test_every_record_field_has_a_column_of_its_type() -> None:
+    for cls in EVENT_TYPES:
+        table = schema.TABLES[schema.TABLE_OF_KIND[cls.kind]]
+        for f in schema.record_fields(cls):
+            typ, _nullable = schema.arrow_type(str(f.type))
+            assert table.schema.field(f.name).type == typ, (cls.__name__, f.name)
+        assert "password" not in table.schema.names
+
+
+def test_a_new_event_field_changes_the_derived_schema() -> None:
+    @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+    class FrameV2(Frame):
+        latency_us: int | None = None
+
+    before = schema._event_table("events", (Frame,), promoted=True)
+    after = schema._event_table("events", (FrameV2,), promoted=True)
+    assert "latency_us" not in before.schema.names and after.schema.field("latency_us").type == pa.int64()
+
+    @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+    class FrameBad(Frame):
+        tags: list[str] | None = None
+
+    with pytest.raises(TypeError, match="no Parquet type"):
+        schema._event_table("events", (FrameBad,))
