@@ -115,6 +115,11 @@ class FrameStream:
         self.accounting = StreamAccounting()
         self.synced_once = at_start
         self._base_end_of_older = 0
+        # While an incomplete frame needs more than is buffered, data is held here unjoined: joining
+        # on every packet made a frame of N bytes in packets of P bytes cost O(N²/P) copying.
+        self._parts: list[bytes] = []
+        self._held = 0  # bytes in _parts
+        self._need = 0  # len(_buf) + _held at which the incomplete frame is complete
 
     # --- input ----------------------------------------------------------------------------------
 
@@ -135,8 +140,17 @@ class FrameStream:
             data = data[self._skip_left :]
             self._skip_left = 0
             self._state = _SYNC
+        newest = len(data)
+        if self._need:
+            self._held += newest
+            self._parts.append(data)
+            if len(self._buf) + self._held < self._need:
+                self._chunks.append((self._base + len(self._buf) + self._held, packet, ts_ns))
+                return []
+            data = b"".join(self._parts)
+            self._parts, self._held, self._need = [], 0, 0
         buf = self._buf + data if self._buf else data
-        self._base_end_of_older = len(buf) - len(data)  # frames ending after this are the new chunk's
+        self._base_end_of_older = len(buf) - newest  # frames ending after this are the new chunk's
         self._chunks.append((self._base + len(buf), packet, ts_ns))
         out: list[StreamItem] = []
         off = self._run(buf, 0, out)
@@ -145,13 +159,25 @@ class FrameStream:
         chunks = self._chunks
         while len(chunks) > 1 and chunks[0][0] <= self._base:
             chunks.popleft()  # fully consumed: no frame can end in it any more
+        if self._state == _SYNC and not self._expect_header and len(self._buf) >= 7:
+            size = int.from_bytes(self._buf[3:7], "big")  # _frames stopped at an incomplete frame
+            if len(self._buf) < 8 + size and size <= self.max_frame:
+                self._need = 8 + size
         return out
+
+    def _collect(self) -> None:
+        """Join held-back data into the buffer (before a gap or the end of the capture)."""
+        if self._parts:
+            self._buf += b"".join(self._parts)
+            self._parts, self._held = [], 0
+        self._need = 0
 
     def gap(self, size: int, packet: int, ts_ns: int) -> list[StreamItem]:
         """``size`` bytes of this direction are missing from the capture."""
         acc = self.accounting
         acc.gap_bytes += size
         lost: str | None = None
+        self._collect()
         buf = self._buf
         if self._state == _SYNC and len(buf) >= 7 and size > 0:
             frame = decode_frame(buf, 0, self.max_frame)
@@ -183,6 +209,7 @@ class FrameStream:
     def finish(self) -> list[StreamItem]:
         """End of capture: a candidate seen to the very end is accepted; the rest is pending."""
         out: list[StreamItem] = []
+        self._collect()
         buf = self._buf
         if self._state == _LOST and buf:
             start = self._find_boundary(buf, 0, final=True)
