@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""Speed and memory of ``amqpscope decode`` against tshark and a dpkt + pamqp script, in one run.
+
+Record the capture first: ``python bench/record_large.py --messages 300000`` (bench/data/large.pcap).
+
+Commands timed (each a separate process, wall clock, peak RSS from ``/usr/bin/time -f %M``):
+
+* ours:        ``amqpscope decode --format jsonl FILE > /dev/null``
+* tshark:      ``tshark -r FILE [-d tcp.port==PORT,amqp] -Y amqp -T fields -e amqp.method.method > OUT``
+* dpkt+pamqp:  ``python bench/dpkt_pamqp.py FILE --port PORT --jsonl > /dev/null`` (frames decoded with
+  arguments and written as JSON lines: the same work), and the same without ``--jsonl`` (decode only).
+
+Frames are counted independently (``amqpscope.testing.sniffer.count_amqp_frames``: its own reassembly
+and frame walk, no codec) and each tool's own count is shown beside it: tshark 4.0 silently loses
+frames when one TCP segment holds hundreds of them, so its field output only counts what it saw
+(method frames: the values in the ``amqp.method.method`` column).
+
+The machine may be shared: every command runs ``--repeat`` times and the best (lowest) wall time is
+kept, with the peak RSS of that run. ``--half`` also decodes the first half of the packets (written
+next to the capture) to show that memory does not grow with the capture's size.
+
+Usage: python bench/decode.py [FILE] [--repeat N] [--half] [--skip tshark,dpkt,dpkt-count]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from amqpscope.capture import read_packets  # noqa: E402
+from amqpscope.net import SegmentParser  # noqa: E402
+from amqpscope.pcapwrite import write_pcap  # noqa: E402
+from amqpscope.testing.sniffer import count_amqp_frames  # noqa: E402
+
+PY = sys.executable
+AMQPSCOPE = str(Path(PY).parent / "amqpscope")
+
+
+def server_port(path: Path) -> int:
+    """The port the first AMQP protocol header was sent to."""
+    parser = SegmentParser()
+    for p in itertools.islice(read_packets(path), 100_000):
+        seg = parser.parse(p)
+        if seg is not None and seg.payload.startswith(b"AMQP"):
+            return seg.dst[1]
+    raise SystemExit(f"{path}: no AMQP protocol header in the first 100000 packets")
+
+
+def timed(cmd: list[str], stdout: str) -> tuple[float, int, int]:
+    """(wall seconds, peak RSS KiB, exit code) of one run; stdout redirected to the file ``stdout``."""
+    with tempfile.NamedTemporaryFile("r", suffix=".rss") as rss, open(stdout, "wb") as out:
+        t = time.perf_counter()
+        proc = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", rss.name, *cmd], stdout=out,
+                              stderr=subprocess.PIPE, check=False)  # fmt: skip
+        wall = time.perf_counter() - t
+        text = Path(rss.name).read_text().strip().splitlines()
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stderr.decode(errors="replace")[-2000:])
+    return wall, int(text[-1]) if text else 0, proc.returncode
+
+
+def best(cmd: list[str], repeat: int, stdout: str = os.devnull) -> tuple[float, int, list[float]]:
+    runs = [timed(cmd, stdout) for _ in range(repeat)]
+    for _w, _r, code in runs:
+        if code != 0:
+            raise SystemExit(f"command failed ({code}): {' '.join(cmd)}")
+    walls = [w for w, _r, _c in runs]
+    i = walls.index(min(walls))
+    return walls[i], runs[i][1], walls
+
+
+def half_capture(path: Path) -> Path:
+    dst = path.with_name(path.stem + "-half.pcap")
+    packets = list(read_packets(path))
+    write_pcap(dst, ((p.ts_ns, p.data) for p in packets[: len(packets) // 2]), packets[0].linktype)
+    return dst
+
+
+def our_count(path: Path, port: int) -> int:
+    """Frames in our JSONL output (an untimed run, counted line by line)."""
+    cmd = [AMQPSCOPE, "decode", "--format", "jsonl", "--port", str(port), str(path)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    n = sum(1 for line in proc.stdout if line.startswith(b'{"kind":"frame"'))
+    proc.wait()
+    return n
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("capture", nargs="?", type=Path, default=ROOT / "bench" / "data" / "large.pcap")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per command; the best is kept (default 3)")
+    ap.add_argument("--half", action="store_true", help="also measure the first half of the capture")
+    ap.add_argument("--skip", default="", help="comma-separated: tshark, dpkt, dpkt-count")
+    args = ap.parse_args()
+    skip = set(filter(None, args.skip.split(",")))
+    path: Path = args.capture
+    if not path.exists():
+        raise SystemExit(f"{path} not found: run bench/record_large.py first")
+    port = server_port(path)
+    size = path.stat().st_size
+    print(f"capture: {path} ({size / 2**20:.1f} MiB), AMQP server port {port}, best of {args.repeat} runs each")
+    print(f"machine: {os.cpu_count()} CPUs, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at start")
+
+    t = time.perf_counter()
+    truth = count_amqp_frames(path)
+    methods = truth["frames"] - truth["content-header"] - truth["content-body"] - truth["heartbeat"]
+    print(f"independent count ({time.perf_counter() - t:.1f} s): {truth['frames']} AMQP frames "
+          f"({methods} method, {truth['content-header']} header, {truth['content-body']} body, "
+          f"{truth['heartbeat']} heartbeat) + {truth['protocol-header']} protocol headers, "
+          f"{truth['connections']} connections")  # fmt: skip
+
+    ours_cmd = [AMQPSCOPE, "decode", "--format", "jsonl", str(path)]
+    decode_as = [] if port == 5672 else ["-d", f"tcp.port=={port},amqp"]
+    tshark_cmd = ["tshark", "-r", str(path), *decode_as, "-Y", "amqp", "-T", "fields", "-e", "amqp.method.method"]
+    dpkt_cmd = [PY, str(ROOT / "bench" / "dpkt_pamqp.py"), str(path), "--port", str(port), "--jsonl"]
+    dpkt_count_cmd = dpkt_cmd[:-1]
+
+    rows: list[tuple[str, str, float, int, list[float], str]] = []
+    wall, rss, walls = best(ours_cmd, args.repeat)
+    rows.append(("amqpscope", " ".join(["amqpscope", *ours_cmd[1:]]) + " > /dev/null", wall, rss, walls,
+                 f"{our_count(path, port)} of {truth['frames']} frames"))  # fmt: skip
+    if "tshark" not in skip:
+        with tempfile.NamedTemporaryFile(suffix=".txt") as out:
+            wall, rss, walls = best(tshark_cmd, args.repeat, out.name)
+            seen = sum(len(line.split(b",")) for line in Path(out.name).read_bytes().splitlines() if line.strip())
+        rows.append(("tshark", " ".join(tshark_cmd) + " > OUT", wall, rss, walls, f"{seen} of {methods} method frames"))
+    if "dpkt" not in skip:
+        wall, rss, walls = best(dpkt_cmd, args.repeat)
+        proc = subprocess.run(dpkt_count_cmd, capture_output=True, check=True)
+        seen = json.loads(proc.stderr.decode().strip().splitlines()[-1])["frames"]
+        rows.append(("dpkt+pamqp", "python bench/dpkt_pamqp.py FILE --port PORT --jsonl > /dev/null", wall, rss,
+                     walls, f"{seen} of {truth['frames']} frames"))  # fmt: skip
+    if "dpkt-count" not in skip:
+        wall, rss, walls = best(dpkt_count_cmd, args.repeat)
+        rows.append(("dpkt+pamqp (no output)", "python bench/dpkt_pamqp.py FILE --port PORT", wall, rss, walls,
+                     "(decode only, writes nothing)"))  # fmt: skip
+
+    print()
+    print(f"{'tool':<24} {'best s':>8} {'frames/s':>10} {'peak RSS':>10}  runs (s)             frames seen")
+    for name, _cmd, wall, rss, walls, seen in rows:
+        print(f"{name:<24} {wall:>8.2f} {truth['frames'] / wall:>10,.0f} {rss / 1024:>7.1f} MiB  "
+              f"{' '.join(f'{w:.2f}' for w in walls):<20} {seen}")  # fmt: skip
+    print()
+    ours = rows[0][2]
+    for name, _cmd, wall, _rss, _walls, _seen in rows[1:]:
+        print(f"{name} / amqpscope = {wall / ours:.2f}  (amqpscope is {wall / ours:.2f}x as fast)")
+    print()
+    for name, cmd, *_ in rows:
+        print(f"  {name}: {cmd}")
+
+    if args.half:
+        half = half_capture(path)
+        h_wall, h_rss, _ = best([AMQPSCOPE, "decode", "--format", "jsonl", str(half)], args.repeat)
+        print()
+        print("memory against capture size (amqpscope decode --format jsonl > /dev/null):")
+        print(f"  half ({half.stat().st_size / 2**20:.1f} MiB): {h_wall:.2f} s, peak RSS {h_rss / 1024:.1f} MiB")
+        print(f"  full ({size / 2**20:.1f} MiB): {rows[0][2]:.2f} s, peak RSS {rows[0][3] / 1024:.1f} MiB")
+        half.unlink()
+    print(f"\nload average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
