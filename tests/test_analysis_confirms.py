@@ -148,7 +148,8 @@ def test_ack_of_a_tag_never_published_is_unknown() -> None:
 
 def test_return_before_ack_through_the_whole_pipeline(tmp_path: Path) -> None:
     codec = get_codec()
-    frames = codec_handshake() + [
+    frames = [
+        *codec_handshake(),
         (True, codec.method_frame(1, "confirm.select")),
         (False, codec.method_frame(1, "confirm.select-ok")),
         (True, codec.method_frame(1, "basic.publish", exchange="amq.direct", routing_key="nowhere", mandatory=True)

@@ -259,7 +259,8 @@ def test_no_ack_consumers_and_gets_have_nothing_to_settle() -> None:
 
 def test_double_ack_through_the_whole_pipeline(tmp_path: Path) -> None:
     codec = get_codec()
-    frames = codec_handshake() + [
+    frames = [
+        *codec_handshake(),
         (True, codec.method_frame(1, "basic.consume", queue="q", consumer_tag="c1")),
         (False, codec.method_frame(1, "basic.consume-ok", consumer_tag="c1")),
         (False, codec.method_frame(1, "basic.deliver", consumer_tag="c1", delivery_tag=1, exchange="",
