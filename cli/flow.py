@@ -10,6 +10,7 @@ import click
 from amqpscope.analysis.flow import build, to_mermaid, to_svg, to_text
 
 from .common import CaptureRun, fail, input_options, load_codec, options_from, run_guarded
+from .stats import open_output
 
 
 @click.command()
@@ -46,7 +47,7 @@ def flow(file: str, spec: str | None, ports: tuple[int, ...], show_credentials: 
         else:
             text = {"mermaid": to_mermaid, "svg": to_svg}[chosen](ladder)
         if output:
-            with open(output, "w", encoding="utf-8") as fh:
+            with open_output(output) as fh:
                 fh.write(text)
         else:
             sys.stdout.write(text)

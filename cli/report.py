@@ -9,7 +9,7 @@ import click
 from amqpscope.analysis.html import render_html
 
 from .common import input_options, run_guarded
-from .stats import run_analysis
+from .stats import no_validate_option, open_output, run_analysis
 
 
 @click.command()
@@ -18,16 +18,20 @@ from .stats import run_analysis
 @click.option(
     "-o", "--output", type=click.Path(dir_okay=False, writable=True), required=True, help="The HTML file to write."
 )
+@no_validate_option
 def report(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], show_credentials: bool,
-           output: str) -> None:  # fmt: skip
+           output: str, no_validate: bool) -> None:  # fmt: skip
     """Write an HTML report (no external resources) of capture FILES."""
 
     def run() -> int:
-        analyzer, capture = run_analysis(files, spec, ports, show_credentials)
-        title = ", ".join(os.path.basename(f) for f in files)
-        page = render_html(analyzer, analyzer.report(), title)
-        with open(output, "w", encoding="utf-8") as fh:
-            fh.write(page)
+        with open_output(output) as fh:
+            analyzer, capture = run_analysis(files, spec, ports, show_credentials, not no_validate)
+            if capture.error is not None and not analyzer.events:
+                fh.close()
+                os.unlink(output)  # nothing could be read: no empty page left behind
+                return capture.exit_code
+            title = ", ".join(os.path.basename(f) for f in files)
+            fh.write(render_html(analyzer, analyzer.report(), title))
         return capture.exit_code
 
     run_guarded(run)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import IO, Any, TypeVar
 
 import click
 from rich.console import Console
@@ -10,18 +11,24 @@ from rich.console import Console
 from amqpscope.analysis.stats import Analyzer
 from amqpscope.analysis.tables import render
 from amqpscope.output.records import dumps
+from amqpscope.validate.validator import Validator
 
-from .common import CaptureRun, input_options, load_codec, options_from, run_guarded
+from .common import CaptureRun, fail, input_options, load_codec, options_from, run_guarded
+
+F = TypeVar("F", bound=Any)
 
 
-def run_analysis(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...],
-                 show_credentials: bool) -> tuple[Analyzer, CaptureRun]:  # fmt: skip
-    """Decode FILES and feed every event to one Analyzer (bodies are hashed, not kept)."""
+def run_analysis(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], show_credentials: bool,
+                 validate: bool = True) -> tuple[Analyzer, CaptureRun]:  # fmt: skip
+    """Decode FILES and feed every event to one Analyzer (bodies are hashed, not kept).
+
+    With ``validate`` the validator runs as a pipeline stage, so its findings are counted by rule."""
     codec = load_codec(spec)
     capture = CaptureRun(files, codec, options_from(ports, show_credentials, keep_bodies=False))
     analyzer = Analyzer(codec.spec)
+    stages = (Validator(codec.spec).stage,) if validate else ()
     seen = 0
-    for ev in capture.events():
+    for ev in capture.events(stages):
         if len(capture.stats) != seen:  # a new file: keep its connection ids apart
             if seen:
                 analyzer.next_file()
@@ -29,6 +36,19 @@ def run_analysis(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...
         analyzer.feed(ev)
     analyzer.finish()
     return analyzer, capture
+
+
+def open_output(path: str) -> IO[str]:
+    """Open an output file up front, so a bad path fails in one line before any decoding."""
+    try:
+        return open(path, "w", encoding="utf-8")
+    except OSError as exc:
+        fail(f"cannot write '{path}': {exc.strerror or exc}")
+
+
+def no_validate_option(f: F) -> F:
+    return click.option("--no-validate", is_flag=True,
+                        help="Skip spec validation (faster; the findings table stays empty).")(f)  # fmt: skip
 
 
 @click.command()
@@ -50,15 +70,18 @@ def run_analysis(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...
     default=None,
     help="Write to FILE instead of standard output.",
 )
+@no_validate_option
 def stats(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], show_credentials: bool, fmt: str,
-          output: str | None) -> None:  # fmt: skip
+          output: str | None, no_validate: bool) -> None:  # fmt: skip
     """Conversation analytics of capture FILES: methods, ledgers, latencies, heartbeats, audit."""
 
     def run() -> int:
-        analyzer, capture = run_analysis(files, spec, ports, show_credentials)
-        report = analyzer.report()
-        out = open(output, "w", encoding="utf-8") if output else sys.stdout  # noqa: SIM115
+        out = open_output(output) if output else sys.stdout
         try:
+            analyzer, capture = run_analysis(files, spec, ports, show_credentials, not no_validate)
+            if capture.error is not None and not analyzer.events:
+                return capture.exit_code  # nothing could be read: the error is all there is to say
+            report = analyzer.report()
             chosen = fmt
             if chosen == "auto":
                 chosen = "rich" if out.isatty() else "json"

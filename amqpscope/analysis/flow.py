@@ -56,11 +56,13 @@ def build(events: Iterable[Event], conn: int | None = None, limit: int = 2000,
     chosen = conn
     truncated = False
     last_content: dict[tuple[str, int], int] = {}  # (dir, channel) → index of its content method
+    seen = False
     for ev in events:
         if chosen is None and isinstance(ev, Frame):
             chosen = ev.conn
         if ev.conn != chosen:
             continue
+        seen = True
         if isinstance(ev, Connection):
             client, server = ev.client, ev.server
             continue
@@ -87,7 +89,7 @@ def build(events: Iterable[Event], conn: int | None = None, limit: int = 2000,
             truncated = True
             continue  # keep reading for the connection's addresses
         steps.append(step)
-    if chosen is None:
+    if chosen is None or not seen:
         return None
     start = steps[0].ts if steps else 0.0
     return Ladder(chosen, client or "client", server or "server", tuple(steps), truncated, start)

@@ -185,4 +185,6 @@ def render(report: dict[str, Any], console: Console) -> None:
 
     if report["reply_codes"]:
         console.print(_kv("Reply codes", list(report["reply_codes"].items())))
-    console.print(_kv("Findings (by rule)", list(report["findings"].items()) or [("none", "")]))
+    sev = report.get("findings_by_severity") or {}
+    title = "Findings by rule" + (f" ({_v(sev)})" if sev else "")
+    console.print(_kv(title, sorted(report["findings"].items(), key=lambda kv: (-kv[1], kv[0])) or [("none", "")]))
