@@ -68,7 +68,7 @@ def _render(out: IO[str], groups: list[_Group], counts: dict[str, int], files: t
 
 
 @click.command()
-@click.argument("files", nargs=-1, required=True, type=click.Path(allow_dash=True))
+@click.argument("files", nargs=-1, required=True, type=click.Path(allow_dash=True, readable=False))
 @input_options
 @click.option("-T", "--format", "fmt", type=click.Choice(["auto", "rich", "jsonl"]), default="auto",
               show_default=True, help="rich report grouped by rule, or one JSON object per finding; "

@@ -132,6 +132,8 @@ def _field_asserts(spec: Spec, m: Method, f: Field) -> list[CompiledAssert]:
         sev = DEVIATION if (a.check, a.origin) in _LENIENT else VIOLATION
         if a.check == "ne" and f.reserved:
             sev = WARNING  # old clients send non-zero tickets; brokers ignore them
+        elif a.check == "ne" and f.name == "ticket":
+            sev = DEVIATION  # 0-9's access tickets: 0-9-1 dropped them, RabbitMQ and Qpid ignore them
         rule = f"{m.full_name}.{f.name}.assert-{a.check}"
         # a field value the spec forbids: a strict peer answers syntax-error
         code = spec.constant("syntax-error") if sev != WARNING else None

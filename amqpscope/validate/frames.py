@@ -54,7 +54,8 @@ def check_frame(cat: Catalogue, types: frozenset[str], min_size: int, cs: ConnSt
             sev = DEVIATION if ev.size <= cs.frame_max else VIOLATION
             out.append(cat.finding(ev, "frame.max-size", sev,
                                    f"frame of {total} octets exceeds the negotiated frame-max {cs.frame_max}"))
-        if cs.channel_max and ch > cs.channel_max:
+        if cs.channel_max and ch > cs.channel_max and ev.method == "channel.open":
+            # the client picks channel numbers: judged once, where it opens the channel
             out.append(cat.finding(ev, "frame.channel-max", VIOLATION,
                                    f"channel {ch} is above the negotiated channel-max {cs.channel_max}"))
     elif cs.started and total > min_size:

@@ -59,6 +59,10 @@ class ConnState:
     chan_auto: Automaton | None
     run: Run | None = field(init=False)
     trusted: bool = True  # False after a gap/resync or a mid-stream start: state checks stop
+    lost: set[str] = field(default_factory=set)  # directions not yet (re)synchronised
+    high: int = 0  # highest packet number of a frame seen so far
+    in_order: bool = True  # the current frame is not older than one already seen (no resync backlog)
+    last_data: dict[str, int] = field(default_factory=dict)  # direction -> packet of its last frame
     started: bool = False  # the client's protocol header (or a frame) was seen
     header: str | None = None  # the version the client's protocol header asked for
     rejected: int = 0  # packet of the server's protocol header answering the client's (0: none)

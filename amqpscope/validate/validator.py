@@ -31,6 +31,11 @@ from .grammar import GrammarError, Grammars, Terminal, compile_grammars
 from .pairing import Pairing
 from .state import ChanState, ConnState, Held, World
 
+# Rules judged on one frame alone: what a gap before it cannot make wrong.
+STATELESS = frozenset({"frame.end", "frame.malformed", "frame.type", "frame.heartbeat-channel",
+                       "frame.heartbeat-size", "frame.connection-channel", "frame.channel-zero", "frame.max-size",
+                       "frame.undecodable", "method.unknown", "method.direction", "delivery-tag.non-zero",
+                       "rabbitmq.not-implemented"})  # fmt: skip
 HOLD_FRAMES = 32  # peer frames a finding waits for the peer's close before it is emitted without one
 _PEER = {C2S: S2C, S2C: C2S}
 _WHO = {C2S: "client", S2C: "server"}
@@ -99,14 +104,22 @@ class _Checker:
         self.cat = v.cat
         self.conns: dict[int, ConnState] = {}
         self.world = World()
-        self.memo: dict[tuple[str, str, Any], Any] = {}
+        self.memo: dict[tuple[int, Any], Any] = {}
 
     # --- dispatch ---------------------------------------------------------------------------------
 
     def feed(self, ev: Event) -> list[Finding]:
         t = type(ev)
         if t is Frame:
-            return self._frame(self._conn(ev.conn), ev)  # type: ignore[arg-type]
+            cs = self._conn(ev.conn)
+            p = ev.packet
+            # a direction that resynchronises delivers its backlog late: older packets than the other
+            # direction's frames already seen, so their order across directions is unknown
+            cs.in_order = p >= cs.high
+            if p > cs.high:
+                cs.high = p
+            cs.last_data[ev.dir or C2S] = p
+            return self._frame(cs, ev)  # type: ignore[arg-type]
         if t is ProtocolHeader:
             return self._header(self._conn(ev.conn), ev)  # type: ignore[arg-type]
         if t is Connection:
@@ -114,9 +127,15 @@ class _Checker:
         if t is Malformed:
             cs = self._conn(ev.conn)
             cs.lose_track()
+            cs.lost.add(ev.dir or C2S)  # until the stream's Resync
             return self._emit(cs, [malformed(self.cat, ev)])  # type: ignore[arg-type]
         if t is Gap or t is Resync:
-            self._conn(ev.conn).lose_track()
+            cs = self._conn(ev.conn)
+            cs.lose_track()
+            if t is Resync:
+                cs.lost.discard(ev.dir or C2S)
+            else:
+                self._retract(cs, ev.dir or C2S)
         return []
 
     def finish(self) -> list[Finding]:
@@ -138,6 +157,7 @@ class _Checker:
             cs = self._conn(ev.conn)
             if not ev.syn_seen:
                 cs.trusted = False  # the capture starts mid-connection
+                cs.lost = {C2S, S2C}  # each direction is found by a Resync
             return []
         self.world.forget(ev.conn)
         if ev.conn not in self.conns:
@@ -150,10 +170,21 @@ class _Checker:
             # it. pika drops the TCP connection after the server's close (s09) and RabbitMQ is fine
             # with that: a deviation, not a violation.
             peer = _WHO[_PEER[cs.closing]]
-            out.append(self.cat.finding(ev, "connection.close-ok.missing", DEVIATION,
-                                        f"the {peer} ended the connection without answering connection.close "
-                                        f"(packet {cs.close_packet}) with close-ok",
-                                        packets=(cs.close_packet, ev.packet), channel=0))  # fmt: skip
+            out.append(Finding(packet=cs.close_packet, ts=ev.ts, conn=ev.conn, dir=_PEER[cs.closing], channel=0,
+                               rule="connection.close-ok.missing", severity=DEVIATION, code=None,
+                               message=f"the {peer} ended the connection (packet {ev.packet}) without answering "
+                               "this connection.close with close-ok", packets=(cs.close_packet, ev.packet)))  # fmt: skip
+        if cs.closing is None:
+            # the same for a channel.close left unanswered by a peer that drops the connection
+            # (rabbitmq-c resets TCP after a channel.close 403, s11): a deviation
+            for n, ch in sorted(cs.chans.items()):
+                if ch.sure and ch.closing is not None and ch.close_packet:
+                    peer = _PEER[ch.closing]
+                    out.append(Finding(packet=ch.close_packet, ts=ev.ts, conn=ev.conn, dir=peer, channel=n,
+                                       rule="channel.close-ok.missing", severity=DEVIATION, code=None,
+                                       message=f"the {_WHO[peer]} ended the connection (packet {ev.packet}, "
+                                       f"{ev.ended}) without answering this channel.close with close-ok",
+                                       packets=(ch.close_packet, ev.packet)))  # fmt: skip
         return self._release_all(cs, "the connection ends") + out
 
     # --- protocol header --------------------------------------------------------------------------
@@ -196,7 +227,7 @@ class _Checker:
                 return self._react(cs, ev) if cs.held else []
         out: list[Finding] = []
         v = self.v
-        if cs.trusted and not cs.started and cs.run is not None:
+        if cs.trusted and not cs.started and cs.run is not None and ev.dir == C2S:
             # a connection whose SYN was captured but whose client sent no protocol header (F20)
             out.append(self.cat.finding(ev, "protocol.header-missing", VIOLATION,
                                         f"{ev.method or ev.type} frame before the client's protocol header"))
@@ -261,7 +292,7 @@ class _Checker:
                 continue
             if a.pure and type(value) in (str, int):
                 # the same exchange name on every publish and deliver: decide each value once
-                key = (a.rule, a.field, value)
+                key = (id(a), value)
                 problem = memo.get(key, _MISSING)
                 if problem is _MISSING:
                     if len(memo) > 4096:
@@ -349,7 +380,10 @@ class _Checker:
         claimed = v.pairing.check(self.cat, ch, ev, name, out)
         if ch.run is not None:
             term = (ev.dir or C2S, name)
-            if not ch.run.step(term, no_reply=nowait) and len(out) == before:
+            # a reply pairing matched to its request: if the grammar rejects it, it rejected (and
+            # reported) the request already
+            paired = not claimed and name in v.pairing.replies
+            if not ch.run.step(term, no_reply=nowait) and len(out) == before and not paired:
                 out.append(self.cat.finding(ev, "grammar.channel", VIOLATION,
                                             f"{_term(term)} on channel {ev.channel} where the channel grammar "
                                             f"expects {_expected(ch.run.expected())}"))
@@ -361,7 +395,9 @@ class _Checker:
 
     def _unsure_channel(self, cs: ConnState, ch: ChanState, ev: Frame, name: str) -> None:
         """A channel whose history the capture does not show: learn, do not judge."""
-        if name == "channel.open":
+        if name == "channel.open" and not cs.lost and cs.in_order:
+            # both directions are in sync, so the channel's history from here on is complete (a
+            # direction still searching for frames would deliver the reply late, out of order)
             fresh = ChanState(ch.run)
             if fresh.run is not None:
                 fresh.run.state, fresh.run.flights = 0, []
@@ -370,7 +406,7 @@ class _Checker:
             if fresh.run is not None:
                 fresh.run.step((ev.dir or C2S, name))
             self.v.pairing.check(self.cat, fresh, ev, name, [])
-        elif name == "channel.close-ok":
+        elif name == "channel.close-ok" and not cs.lost and cs.in_order:
             closed = ChanState(ch.run)
             if closed.run is not None:
                 closed.run.state, closed.run.flights = 0, []
@@ -413,6 +449,13 @@ class _Checker:
                 keep.append(h)
         cs.held = keep
         return out
+
+    def _retract(self, cs: ConnState, d: str) -> None:
+        """A gap in direction ``d``: the missing bytes were sent after that direction's last frame,
+        so held findings about the connection's state since then may stem from what was lost (the
+        reassembler can only declare a gap once later data of that direction arrives)."""
+        since = cs.last_data.get(d, 0)
+        cs.held = [h for h in cs.held if h.finding.packet <= since or h.finding.rule in STATELESS]
 
     def _release_all(self, cs: ConnState, why: str) -> list[Finding]:
         out = [_with_reaction(h.finding, f"no close from the {_WHO[h.peer]} before {why}") for h in cs.held]
