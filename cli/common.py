@@ -1,7 +1,9 @@
 """What every subcommand shares: input options, opening captures, one-line errors, exit codes.
 
 Exit codes: 0 fine; 1 findings at or above --fail-on (validate); 2 usage, spec or filter error;
-3 capture unreadable; 4 not a capture; 5 truncated capture; 6 corrupt capture; 130 interrupted.
+3 capture unreadable; 4 not a capture; 5 truncated capture; 6 corrupt capture; 7 no packet of a
+supported link type; 130 interrupted. (Capture arguments are ``click.Path(readable=False)`` so that
+an unreadable file is exit 3 with one line, not click's three-line usage error.)
 """
 
 from __future__ import annotations
@@ -65,6 +67,12 @@ def open_capture(path: str) -> IO[bytes]:
         raise CaptureUnreadable(f"cannot read capture '{path}': {exc.strerror or exc}") from None
 
 
+class UnsupportedLinkType(CaptureError):
+    """Every packet is of a link type the decoder does not know: nothing could be decoded."""
+
+    exit_code = 7
+
+
 class CaptureRun:
     """Decode several capture files in turn; remembers the first capture error for the exit code."""
 
@@ -96,6 +104,11 @@ class CaptureRun:
                 if self.max_packets is not None:
                     packets = itertools.islice(packets, self.max_packets)
                 yield from decode_packets(packets, self.codec, self.options, stats, stages)
+                unsupported = sorted(k.rsplit(" ", 1)[1] for k in stats.skipped if k.startswith("unsupported link"))
+                if unsupported and not stats.tcp_packets:
+                    raise UnsupportedLinkType(
+                        f"capture '{path}' has no packet of a supported link type (link type {', '.join(unsupported)})"
+                    )
             except CaptureError as exc:
                 click.echo(f"amqpscope: error: {exc}", err=True)
                 self.error = self.error or exc

@@ -71,7 +71,7 @@ def _size(path: str) -> int:
 
 
 @click.command()
-@click.argument("files", nargs=-1, required=True, type=click.Path(allow_dash=True))
+@click.argument("files", nargs=-1, required=True, type=click.Path(allow_dash=True, readable=False))
 @input_options
 @click.option("-T", "--format", "fmt", type=click.Choice(FORMATS), default="auto", show_default=True,
               help="Output format; auto is rich on a terminal, jsonl otherwise.")

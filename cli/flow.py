@@ -14,7 +14,7 @@ from .stats import open_output
 
 
 @click.command()
-@click.argument("file", type=click.Path(allow_dash=True))
+@click.argument("file", type=click.Path(allow_dash=True, readable=False))
 @input_options
 @click.option("--conn", type=click.IntRange(min=0), default=None, help="Connection id (default: the first one).")
 @click.option(
@@ -38,6 +38,8 @@ def flow(file: str, spec: str | None, ports: tuple[int, ...], show_credentials: 
         capture = CaptureRun((file,), codec, options_from(ports, show_credentials, keep_bodies=False))
         ladder = build(capture.events(), conn, limit, frozenset(channels) if channels else None)
         if ladder is None:
+            if capture.error is not None:
+                return capture.exit_code  # its one error line is printed already
             fail("no AMQP connection in the capture" if conn is None else f"no connection {conn} in the capture")
         chosen = fmt or ("svg" if output and output.endswith(".svg") else
                          "mermaid" if output and output.endswith((".mmd", ".md")) else "text")  # fmt: skip

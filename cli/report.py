@@ -13,7 +13,7 @@ from .stats import no_validate_option, open_output, run_analysis
 
 
 @click.command()
-@click.argument("files", nargs=-1, required=True, type=click.Path(allow_dash=True))
+@click.argument("files", nargs=-1, required=True, type=click.Path(allow_dash=True, readable=False))
 @input_options
 @click.option(
     "-o", "--output", type=click.Path(dir_okay=False, writable=True), required=True, help="The HTML file to write."

@@ -52,7 +52,7 @@ def no_validate_option(f: F) -> F:
 
 
 @click.command()
-@click.argument("files", nargs=-1, required=True, type=click.Path(allow_dash=True))
+@click.argument("files", nargs=-1, required=True, type=click.Path(allow_dash=True, readable=False))
 @input_options
 @click.option(
     "-T",
