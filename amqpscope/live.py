@@ -26,7 +26,7 @@ Errors are :class:`LiveCaptureError` subclasses with a one-line message and a pr
 ==========  ===========================  ====================================================
 exit code   class                        meaning
 ==========  ===========================  ====================================================
-7           ``CapturePermissionError``   not root and no CAP_NET_RAW (+ CAP_NET_ADMIN)
+7           ``CapturePermissionError``   not root and no CAP_NET_RAW
 8           ``NoSuchInterface``          the interface does not exist or is down
 9           ``BadCaptureFilter``         the BPF capture filter does not compile
 10          ``LiveCaptureError``         any other failure opening or reading the interface,
@@ -94,7 +94,7 @@ def _one_line(text: str) -> str:
 def _permission(iface: str) -> CapturePermissionError:
     return CapturePermissionError(
         f"no permission to capture on {iface!r}: run as root or give the Python interpreter "
-        "CAP_NET_RAW and CAP_NET_ADMIN (see docs/sniffing.md)"
+        "CAP_NET_RAW (and CAP_NET_ADMIN), see docs/sniffing.md"
     )
 
 

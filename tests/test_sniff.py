@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from amqpscope import live
+from amqpscope.capture import read_packets
 from amqpscope.live import LiveCapture, LiveCaptureError
 from amqpscope.testing.broker import PrivateBroker
 
@@ -308,14 +309,7 @@ def test_full_backlog_drops_are_counted(tmp_path: Path) -> None:
     cap = LiveCapture("lo", f"tcp port {port}", backlog_packets=50, write_to=str(tmp_path / "x.pcap"))
     cap.start()
     try:
-        cli = socket.create_connection(("127.0.0.1", port))
-        cli.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        peer, _ = srv.accept()
-        for _ in range(2000):  # nobody consumes meanwhile: the backlog overflows
-            cli.send(b"x" * 100)
-            peer.recv(65536)
-        cli.close()
-        peer.close()
+        _ping_pong(srv, 2000)  # nobody consumes meanwhile: the backlog overflows
         time.sleep(0.3)
         cap.stop()
         delivered = sum(1 for _ in cap.packets())
@@ -326,8 +320,50 @@ def test_full_backlog_drops_are_counted(tmp_path: Path) -> None:
     assert st.backlog_dropped > 0
     assert st.dropped >= st.backlog_dropped
     assert delivered == st.delivered == 50
+    assert sum(1 for _ in read_packets(tmp_path / "x.pcap")) == 50  # the file holds what was decoded
     assert st.captured == st.delivered + st.backlog_dropped + st.unprocessed
     assert st.kernel_dropped == 0
+
+
+def _ping_pong(port_holder: socket.socket, rounds: int) -> None:
+    """Many small TCP packets on loopback: one send per round trip, so none are coalesced."""
+    port = port_holder.getsockname()[1]
+    cli = socket.create_connection(("127.0.0.1", port))
+    cli.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    peer, _ = port_holder.accept()
+    try:
+        for _ in range(rounds):
+            cli.send(b"x" * 100)
+            peer.recv(65536)
+    finally:
+        cli.close()
+        peer.close()
+
+
+@needs_capture
+@pytest.mark.parametrize("backend", ["libpcap", "socket"])
+def test_kernel_drops_are_counted(backend: str) -> None:
+    """A kernel buffer that overflows before the capture thread reads it: the loss is in the stats."""
+    if backend == "libpcap" and not live.libpcap_available():
+        pytest.skip("libpcap is not installed")
+    srv = socket.create_server(("127.0.0.1", 0))
+    port = srv.getsockname()[1]
+    cap = LiveCapture("lo", f"tcp port {port}", backend=backend, buffer_bytes=128 << 10)
+    try:
+        cap.open()  # capturing into the small buffer, but nothing reads it yet
+        _ping_pong(srv, 5000)
+        cap.start()
+        time.sleep(0.3)
+        cap.stop()
+        delivered = sum(1 for _ in cap.packets())
+    finally:
+        cap.close()
+        srv.close()
+    st = cap.stats
+    assert st.kernel_dropped is not None and st.kernel_dropped > 0
+    assert st.dropped >= st.kernel_dropped
+    assert delivered == st.captured > 0
+    assert st.backlog_dropped == 0
 
 
 # --- clear errors ---------------------------------------------------------------------------------------
