@@ -91,7 +91,7 @@ def test_frames_in_flight_after_a_close_are_legal() -> None:
 def test_consumer_life() -> None:
     cap = Capture()
     c = _ready(cap, channels=(1, 2))
-    c.client(1, "basic.qos", prefetch_count=5)
+    c.client(1, "basic.qos", prefetch_count=10)
     c.server(1, "basic.qos-ok")
     c.client(1, "queue.declare", queue="")
     c.server(1, "queue.declare-ok", queue="amq.gen-1")

@@ -58,7 +58,7 @@ def test_fail_on_and_min_severity() -> None:
     errors = str(SAMPLES / "errors.pcap")  # deviations only (RabbitMQ's handshake close, pika's missing close-ok)
     assert _run("validate", "-T", "jsonl", errors)[0] == 0
     code, out, _ = _run("validate", "-T", "jsonl", "--fail-on", "deviation", errors)
-    assert code == 1 and len(out.splitlines()) == 3
+    assert code == 1 and len(out.splitlines()) == 5  # 3 deviations and 2 warnings (reserved insist=1)
     code, out, _ = _run("validate", "-T", "jsonl", "--min-severity", "violation", errors)
     assert (code, out) == (0, "")
 
@@ -69,7 +69,7 @@ def test_rich_report_groups_by_rule(captures_dir: Path) -> None:
     assert code == 1
     assert "channel.close.reply-code.assert-notnull" in out and "37" in out  # one row, counted
     assert out.count("channel.close.reply-code.assert-notnull") == 1
-    assert "1 violation, 40 deviations in 2 files" in out
+    assert "1 violation, 40 deviations, 7 warnings in 2 files" in out
     assert "s03_amqpstorm_tx.pcap:#86" in out  # the first occurrence, with its file
 
 
@@ -101,7 +101,7 @@ def test_decode_shows_findings_inline(captures_dir: Path) -> None:
     code, out, _ = _run("decode", "-T", "jsonl", path)
     recs = [json.loads(line) for line in out.splitlines()]
     kinds = [r["kind"] for r in recs]
-    assert code == 0 and kinds.count("finding") == 4
+    assert code == 0 and kinds.count("finding") == 6
     i = next(i for i, r in enumerate(recs) if r["kind"] == "finding" and r["rule"] == "tx.commit.transacted")
     assert recs[i - 1]["method"] == "channel.close"  # emitted once the peer's reaction is known
     assert recs[i - 2]["method"] == "tx.commit"

@@ -34,30 +34,31 @@ from amqpscope.validate.validator import Validator
 from tests import variants
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
-V, D = "violation", "deviation"
+V, D, W = "violation", "deviation", "warning"
+RES = (W, "field.reserved")  # pika and rabbitmq-c: connection.open insist=1; pamqp: channel.open reserved-1 "0"
 CODE0, TEXT0 = "channel.close.reply-code.assert-notnull", "channel.close.reply-text.assert-notnull"
 CCODE0, CTEXT0 = "connection.close.reply-code.assert-notnull", "connection.close.reply-text.assert-notnull"
 
 EXPECTED: dict[str, dict[tuple[str, str], int]] = {
-    "s01_pika_topology.pcap": {(D, CODE0): 1},
-    "s02_pika_confirms.pcap": {(D, CODE0): 1},
-    "s03_amqpstorm_tx.pcap": {(V, "tx.commit.transacted"): 1, (D, TEXT0): 1, (D, CCODE0): 1, (D, CTEXT0): 1},
-    "s04_pika_consumer_acks.pcap": {(D, CODE0): 3},
-    "s05_pika_large_bodies.pcap": {(D, CODE0): 2},
-    "s06_pika_rich_properties.pcap": {(D, CODE0): 1},
-    "s07_pika_many_channels.pcap": {(D, CODE0): 37},
-    "s08_pika_heartbeat.pcap": {(D, CODE0): 1},
+    "s01_pika_topology.pcap": {(D, CODE0): 1, RES: 1},
+    "s02_pika_confirms.pcap": {(D, CODE0): 1, RES: 1},
+    "s03_amqpstorm_tx.pcap": {(V, "tx.commit.transacted"): 1, (D, TEXT0): 1, (D, CCODE0): 1, (D, CTEXT0): 1, RES: 2},
+    "s04_pika_consumer_acks.pcap": {(D, CODE0): 3, RES: 1},
+    "s05_pika_large_bodies.pcap": {(D, CODE0): 2, RES: 2},
+    "s06_pika_rich_properties.pcap": {(D, CODE0): 1, RES: 1},
+    "s07_pika_many_channels.pcap": {(D, CODE0): 37, RES: 5},
+    "s08_pika_heartbeat.pcap": {(D, CODE0): 1, RES: 1},
     "s09_pika_errors.pcap": {(V, "basic.ack.multiple.exists"): 1, (V, "basic.publish.exchange.must-exist"): 1,
                              (V, "queue.declare.exclusive.exclusive"): 1, (D, "connection.close-ok.missing"): 3,
-                             (D, "connection.close.handshake"): 2, (D, CODE0): 1},
-    "s10_pika_blocked.pcap": {(D, CODE0): 1},
-    "s11_amqptools_basic.pcap": {(D, "channel.close-ok.missing"): 1},
-    "s12_amqptools_port5673.pcap": {},
+                             (D, "connection.close.handshake"): 2, (D, CODE0): 1, RES: 5},
+    "s10_pika_blocked.pcap": {(D, CODE0): 1, RES: 1},
+    "s11_amqptools_basic.pcap": {(D, "channel.close-ok.missing"): 1, RES: 16},
+    "s12_amqptools_port5673.pcap": {RES: 11},
     "s13_kombu_simple_queue.pcap": {(D, CODE0): 1, (D, TEXT0): 1, (D, CCODE0): 1, (D, CTEXT0): 1},
-    "s14_aiopika_rpc.pcap": {(D, TEXT0): 3},
-    "confirms.pcap": {(D, CODE0): 1},
-    "errors.pcap": {(D, CODE0): 1, (D, "connection.close-ok.missing"): 1, (D, "connection.close.handshake"): 1},
-    "hello.pcap": {(D, CODE0): 1},
+    "s14_aiopika_rpc.pcap": {(D, TEXT0): 3, RES: 3},
+    "confirms.pcap": {(D, CODE0): 1, RES: 1},
+    "errors.pcap": {(D, CODE0): 1, (D, "connection.close-ok.missing"): 1, (D, "connection.close.handshake"): 1, RES: 2},
+    "hello.pcap": {(D, CODE0): 1, RES: 1},
 }
 _OPTIONS = Options(ports=frozenset({5672, 5673, 25672}), keep_bodies=False)
 

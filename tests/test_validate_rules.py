@@ -459,6 +459,38 @@ def consumer_tag_other_channel(cap: Capture) -> tuple[str, int, str]:
 
 
 @case
+def prefetch_exceeded(cap: Capture) -> tuple[str, int, str]:
+    c = _ready(cap)
+    c.client(1, "basic.qos", prefetch_count=2)
+    c.server(1, "basic.qos-ok")
+    c.client(1, "basic.consume", queue="q", consumer_tag="ctag")
+    c.server(1, "basic.consume-ok", consumer_tag="ctag")
+    c.deliver(1, 1)
+    c.deliver(1, 2)
+    c.client(1, "basic.ack", delivery_tag=1)
+    c.deliver(1, 3)  # two unacknowledged again: fine
+    p = c.server(1, "basic.deliver", consumer_tag="ctag", delivery_tag=4, routing_key="q")
+    c.content(False, 1, b"x")
+    return "basic.qos.prefetch-count.01", p, "violation"
+
+
+@case
+def flow_ok_mismatch(cap: Capture) -> tuple[str, int, str]:
+    c = _ready(cap)
+    c.server(1, "channel.flow", active=False)
+    p = c.client(1, "channel.flow-ok", active=True)
+    return "channel.flow-ok.active", p, "violation"
+
+
+@case
+def reserved_field_set(cap: Capture) -> tuple[str, int, str]:
+    c = _ready(cap, channels=())
+    p = c.client(2, "channel.open", reserved_1="0")
+    c.server(2, "channel.open-ok")
+    return "field.reserved", p, "warning"
+
+
+@case
 def commit_not_transacted(cap: Capture) -> tuple[str, int, str]:
     c = _ready(cap)
     p = c.client(1, "tx.commit")

@@ -62,6 +62,8 @@ OWN_RULES: dict[str, tuple[str | None, str]] = {
     "connection.tune-ok.frame-max.minimum": ("not-allowed", "negotiated frame-max 0 or >= frame-min-size"),
     "connection.tune-ok.frame-max.upper-limit": ("not-allowed", "tune-ok frame-max <= tune frame-max"),
     "rabbitmq.not-implemented": ("not-implemented", "RabbitMQ answers 540 to this"),
+    "channel.flow-ok.active": (None, "flow-ok confirms the active value of the flow it answers"),
+    "field.reserved": (None, "reserved fields are zero or empty"),
 }
 
 

@@ -176,6 +176,15 @@ def _deliver(cat: Catalogue, cs: ConnState, ch: ChanState, ev: Frame, args: dict
         return
     if not no_ack:
         ch.unacked.add(tag)
+        ctag = str(args.get("consumer_tag"))
+        limit = ch.limits.get(ctag) if ev.method == "basic.deliver" and not ch.tx else None
+        if limit:
+            ch.owner[tag] = ctag
+            n = ch.outstanding[ctag] = ch.outstanding.get(ctag, 0) + 1
+            if n > limit:
+                out.append(cat.finding(ev, "basic.qos.prefetch-count.01", VIOLATION,
+                                       f"{n} unacknowledged deliveries to consumer {ctag!r}, whose prefetch-count "
+                                       f"is {limit}"))  # fmt: skip
     ch.max_tag = max(ch.max_tag, tag)
 
 
@@ -203,11 +212,16 @@ def _settle(cat: Catalogue, cs: ConnState, ch: ChanState, ev: Frame, args: dict[
             ch.unacked -= settled
             if ch.tx:
                 ch.tx_settled |= settled
+            if ch.owner:
+                for t in settled:
+                    _release(ch, t)
             return
     elif tag in ch.unacked:
         ch.unacked.discard(tag)
         if ch.tx:
             ch.tx_settled.add(tag)
+        if ch.owner:
+            _release(ch, tag)
         return
     if tag and tag <= ch.max_tag:
         why = f"delivery-tag {tag} was already acknowledged or was delivered with no-ack"
@@ -219,6 +233,43 @@ def _settle(cat: Catalogue, cs: ConnState, ch: ChanState, ev: Frame, args: dict[
             return
         why = f"delivery-tag {tag} was never delivered on channel {ev.channel}"
     out.append(cat.finding(ev, rid, VIOLATION, f"{method}: {why}"))
+
+
+def _release(ch: ChanState, tag: int) -> None:
+    ctag = ch.owner.pop(tag, None)
+    if ctag is not None:
+        ch.outstanding[ctag] -= 1
+
+
+def _qos(cat: Catalogue, cs: ConnState, ch: ChanState, ev: Frame, args: dict[str, Any], nowait: bool,
+         out: list[Finding]) -> None:  # fmt: skip
+    if ev.dir == C2S:
+        ch.qos.append((int(args.get("prefetch_count") or 0), bool(args.get("global_"))))
+        if args.get("prefetch_size"):
+            out.append(cat.finding(ev, "rabbitmq.not-implemented", INFO, "basic.qos with prefetch-size (RabbitMQ "
+                                   "answers 540)"))  # fmt: skip
+    elif ch.qos:
+        count, glob = ch.qos.popleft()
+        if not glob:
+            # global=0: a limit for each consumer created from now on (RabbitMQ; the spec's per-channel
+            # reading is stricter, so checking per consumer never reports what either reading allows)
+            ch.prefetch = count
+
+
+def _flow(cat: Catalogue, cs: ConnState, ch: ChanState, ev: Frame, args: dict[str, Any], nowait: bool,
+          out: list[Finding]) -> None:  # fmt: skip
+    d = ev.dir or C2S
+    active = bool(args.get("active"))
+    if ev.method == "channel.flow":
+        ch.flow[d] = active
+        if d == C2S and not active:
+            out.append(cat.finding(ev, "rabbitmq.not-implemented", INFO, "channel.flow active=0 from the client "
+                                   "(RabbitMQ answers 540)"))  # fmt: skip
+        return
+    asked = ch.flow.pop(S2C if d == C2S else C2S, None)
+    if asked is not None and asked != active:
+        out.append(cat.finding(ev, "channel.flow-ok.active", VIOLATION,
+                               f"channel.flow-ok active={int(active)} confirms a channel.flow active={int(asked)}"))
 
 
 def _confirm(cat: Catalogue, cs: ConnState, ch: ChanState, ev: Frame, args: dict[str, Any], nowait: bool,
@@ -277,6 +328,8 @@ def _recover(cat: Catalogue, cs: ConnState, ch: ChanState, ev: Frame, args: dict
     # recover requeues every unacknowledged delivery; they come back with new tags, the old ones are void
     ch.unacked.clear()
     ch.tx_settled.clear()
+    ch.owner.clear()
+    ch.outstanding.clear()
 
 
 def _declare_ok(cat: Catalogue, cs: ConnState, ch: ChanState, ev: Frame, args: dict[str, Any], nowait: bool,
@@ -307,6 +360,8 @@ def _consume(cat: Catalogue, cs: ConnState, ch: ChanState, ev: Frame, args: dict
     if nowait:
         if tag:
             ch.consumers[tag] = no_ack
+            if ch.prefetch:
+                ch.limits[tag] = ch.prefetch
     else:
         ch.consumes.append((tag, no_ack))
 
@@ -314,7 +369,10 @@ def _consume(cat: Catalogue, cs: ConnState, ch: ChanState, ev: Frame, args: dict
 def _consume_ok(cat: Catalogue, cs: ConnState, ch: ChanState, ev: Frame, args: dict[str, Any], nowait: bool,
                 out: list[Finding]) -> None:  # fmt: skip
     no_ack = ch.consumes.popleft()[1] if ch.consumes else False
-    ch.consumers[str(args.get("consumer_tag") or "")] = no_ack
+    tag = str(args.get("consumer_tag") or "")
+    ch.consumers[tag] = no_ack
+    if ch.prefetch:
+        ch.limits[tag] = ch.prefetch
 
 
 def _cancel(cat: Catalogue, cs: ConnState, ch: ChanState, ev: Frame, args: dict[str, Any], nowait: bool,
@@ -358,8 +416,9 @@ _HANDLERS: dict[tuple[str, str], Any] = {
     (C2S, "queue.delete"): _queue_known,
     (C2S, "basic.consume"): _consume, (S2C, "basic.consume-ok"): _consume_ok,
     (C2S, "basic.cancel"): _cancel, (S2C, "basic.cancel"): _cancel, (S2C, "basic.cancel-ok"): _cancel_ok,
-    (C2S, "basic.qos"): _not_implemented("basic.qos with prefetch-size"),
-    (C2S, "channel.flow"): _not_implemented("channel.flow active=0 from the client"),
+    (C2S, "basic.qos"): _qos, (S2C, "basic.qos-ok"): _qos,
+    (C2S, "channel.flow"): _flow, (S2C, "channel.flow"): _flow, (C2S, "channel.flow-ok"): _flow,
+    (S2C, "channel.flow-ok"): _flow,
     (C2S, "basic.recover-async"): _not_implemented("basic.recover-async requeue=0"),
 }  # fmt: skip
 

@@ -41,6 +41,12 @@ class ChanState:
     consumes: deque[tuple[str, bool]] = field(default_factory=deque)  # consume awaiting consume-ok
     gets: deque[bool] = field(default_factory=deque)  # no-ack of each basic.get awaiting its reply
     queue_known: bool = False  # a queue was declared on this channel (empty names refer to it)
+    qos: deque[tuple[int, bool]] = field(default_factory=deque)  # basic.qos awaiting qos-ok: (count, global)
+    prefetch: int = 0  # prefetch-count for consumers created from now on (global=0)
+    limits: dict[str, int] = field(default_factory=dict)  # consumer tag -> its prefetch-count
+    owner: dict[int, str] = field(default_factory=dict)  # unacked tag -> consumer tag (limited consumers)
+    outstanding: dict[str, int] = field(default_factory=dict)  # consumer tag -> unacked deliveries
+    flow: dict[str, bool] = field(default_factory=dict)  # direction -> active of its channel.flow awaiting flow-ok
     suspects: list[tuple[str, int, str]] = field(default_factory=list)  # (rule, packet, text) the reply decides
 
 
@@ -51,6 +57,7 @@ class Held:
     finding: Finding
     peer: str  # direction the reaction would come from
     budget: int  # peer frames still to look at
+    reacts: bool = True  # a conforming peer answers it with a close and a code: say whether it did
 
 
 @dataclass(slots=True)

@@ -61,6 +61,9 @@ class Validator:
         self.content_methods = frozenset(m.full_name for m in spec.methods() if m.content)
         self.known = frozenset(m.full_name for m in spec.methods())
         self.fields = {m.full_name: len(m.fields) for m in spec.methods()}
+        # reserved fields per method: (identifier, spec name)
+        self.reserved = {m.full_name: tuple((f.ident, f.name) for f in m.fields if f.reserved)
+                         for m in spec.methods() if any(f.reserved for f in m.fields)}  # fmt: skip
         # name -> (carries content, has fields, directions allowed to send it)
         self.info = {m.full_name: (m.content, bool(m.fields), self.pairing.senders.get(m.full_name) or frozenset())
                      for m in spec.methods()}  # fmt: skip
@@ -276,6 +279,9 @@ class _Checker:
             return
         if complete:
             self._asserts(cs, ev, args, out)
+            reserved = v.reserved.get(name)
+            if reserved:
+                self._reserved(ev, name, args, reserved, out)
         if n == 0:
             self._connection_method(cs, ev, name, args, complete, out)
         else:
@@ -302,6 +308,17 @@ class _Checker:
                 problem = a.check(value, cs.ctx)
             if problem is not None:
                 out.append(self.cat.finding(ev, a.rule, a.severity, f"{ev.method} {a.label} {problem}", code=a.code))
+
+    def _reserved(self, ev: Frame, name: str, args: dict[str, Any], fields: tuple[tuple[str, str], ...],
+                  out: list[Finding]) -> None:  # fmt: skip
+        for ident, fname in fields:
+            value = args.get(ident)
+            if value:
+                # Only an XML comment says "must be zero" (connection.open reserved-2, once "insist");
+                # receivers ignore these fields, and pika and rabbitmq-c send insist=1, pamqp a channel.open
+                # reserved-1 of "0" (shared captures): a warning, not a deviation from a normative text.
+                out.append(self.cat.finding(ev, "field.reserved", WARNING,
+                                            f"{name} {fname} is {value!r}; reserved fields are zero or empty"))
 
     # --- channel 0 --------------------------------------------------------------------------------
 
@@ -415,17 +432,26 @@ class _Checker:
     # --- findings and the peer's reaction ----------------------------------------------------------
 
     def _emit(self, cs: ConnState, new: list[Finding], ev: Frame | None = None) -> list[Finding]:
-        """Findings to emit now: released held ones, then this frame's (those with a code wait)."""
+        """Findings to emit now: released held ones, then this frame's.
+
+        Two kinds wait. A violation with a reply code waits up to HOLD_FRAMES of the peer's frames
+        for the peer's close, to report whether its code matched. A finding about the connection's
+        state waits for the peer's next frame: a gap in the peer's direction is only declared when
+        the peer's next data arrives (or its ACK passes the hole), and what the gap swallowed (an
+        ack, a reply) may be the reason for the finding, which is then withdrawn (`_retract`).
+        """
         if not new and not cs.held:
             return new
         out: list[Finding] = []
         if cs.held and ev is not None:
             out = self._react(cs, ev)
         for f in new:
-            if f.code is not None and f.dir in _PEER and f.severity == VIOLATION and f.peer_reaction is None:
-                cs.held.append(Held(f, _PEER[f.dir], HOLD_FRAMES))  # type: ignore[index]
-            else:
-                out.append(f)
+            if f.peer_reaction is None and f.dir in _PEER:
+                reacts = f.code is not None and f.severity == VIOLATION
+                if reacts or f.rule not in STATELESS:
+                    cs.held.append(Held(f, _PEER[f.dir or C2S], HOLD_FRAMES if reacts else 1, reacts))
+                    continue
+            out.append(f)
         return out
 
     def _react(self, cs: ConnState, ev: Frame) -> list[Finding]:
@@ -437,16 +463,18 @@ class _Checker:
                 keep.append(h)
                 continue
             f = h.finding
-            if name == "connection.close" or (name == "channel.close" and ev.channel == f.channel):
+            if h.reacts and (name == "connection.close" or (name == "channel.close" and ev.channel == f.channel)):
                 code = (ev.args or {}).get("reply_code")
                 verdict = "matches" if code == f.code else f"expected {f.code}"
                 out.append(_with_reaction(f, f"{_WHO[h.peer]} sent {name} {code} at packet {ev.packet}: {verdict}"))
                 continue
             h.budget -= 1
-            if h.budget <= 0:
+            if h.budget > 0:
+                keep.append(h)
+            elif h.reacts:
                 out.append(_with_reaction(f, f"no close from the {_WHO[h.peer]} within {HOLD_FRAMES} of its frames"))
             else:
-                keep.append(h)
+                out.append(f)
         cs.held = keep
         return out
 
@@ -458,7 +486,8 @@ class _Checker:
         cs.held = [h for h in cs.held if h.finding.packet <= since or h.finding.rule in STATELESS]
 
     def _release_all(self, cs: ConnState, why: str) -> list[Finding]:
-        out = [_with_reaction(h.finding, f"no close from the {_WHO[h.peer]} before {why}") for h in cs.held]
+        out = [_with_reaction(h.finding, f"no close from the {_WHO[h.peer]} before {why}") if h.reacts else h.finding
+               for h in cs.held]  # fmt: skip
         cs.held = []
         return out
 
