@@ -35,7 +35,13 @@ from .state import ChanState, ConnState, Held, World
 STATELESS = frozenset({"frame.end", "frame.malformed", "frame.type", "frame.heartbeat-channel",
                        "frame.heartbeat-size", "frame.connection-channel", "frame.channel-zero", "frame.max-size",
                        "frame.undecodable", "method.unknown", "method.direction", "delivery-tag.non-zero",
-                       "rabbitmq.not-implemented"})  # fmt: skip
+                       "rabbitmq.not-implemented", "field.reserved", "close.reply-code", "close.method-id",
+                       "protocol.header-version", "protocol.header-reply"})  # fmt: skip
+
+
+def stateless(rule: str) -> bool:
+    """Judged on one frame alone (field asserts included)."""
+    return rule in STATELESS or ".assert-" in rule or rule.endswith(".syntax")
 HOLD_FRAMES = 32  # peer frames a finding waits for the peer's close before it is emitted without one
 _PEER = {C2S: S2C, S2C: C2S}
 _WHO = {C2S: "client", S2C: "server"}
@@ -448,7 +454,7 @@ class _Checker:
         for f in new:
             if f.peer_reaction is None and f.dir in _PEER:
                 reacts = f.code is not None and f.severity == VIOLATION
-                if reacts or f.rule not in STATELESS:
+                if reacts or not stateless(f.rule):
                     cs.held.append(Held(f, _PEER[f.dir or C2S], HOLD_FRAMES if reacts else 1, reacts))
                     continue
             out.append(f)
@@ -483,7 +489,7 @@ class _Checker:
         so held findings about the connection's state since then may stem from what was lost (the
         reassembler can only declare a gap once later data of that direction arrives)."""
         since = cs.last_data.get(d, 0)
-        cs.held = [h for h in cs.held if h.finding.packet <= since or h.finding.rule in STATELESS]
+        cs.held = [h for h in cs.held if h.finding.packet <= since or stateless(h.finding.rule)]
 
     def _release_all(self, cs: ConnState, why: str) -> list[Finding]:
         out = [_with_reaction(h.finding, f"no close from the {_WHO[h.peer]} before {why}") if h.reacts else h.finding
