@@ -369,49 +369,54 @@ def test_kernel_drops_are_counted(backend: str) -> None:
 # --- clear errors ---------------------------------------------------------------------------------------
 
 
-def _run_cli(*args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(_cli(*args), capture_output=True, text=True, cwd=ROOT, timeout=60, **kw)
+def _sniff_in_process(*args: str) -> tuple[int, str]:
+    """Run ``amqpscope sniff`` in this process: (exit code, stderr); a traceback fails the test."""
+    from amqpscope.cli.sniff import sniff
+    from click.testing import CliRunner
+
+    res = CliRunner().invoke(sniff, list(args))
+    assert isinstance(res.exception, SystemExit), f"not a clean exit: {res.exception!r}"
+    return res.exit_code, res.stderr
 
 
-def _one_error_line(res: subprocess.CompletedProcess[str]) -> str:
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1, res.stderr
-    assert lines[0].startswith("amqpscope: error: ") and "Traceback" not in res.stderr
+def _one_error_line(stderr: str) -> str:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("amqpscope: error: ") and "Traceback" not in stderr
     return lines[0]
 
 
 @pytest.mark.parametrize("backend", ["libpcap", "socket"])
 def test_no_such_interface(backend: str) -> None:
-    res = _run_cli("sniff", "-i", "nosuch0", "--backend", backend)
-    assert res.returncode == 8
-    assert "no such interface 'nosuch0'" in _one_error_line(res)
+    code, err = _sniff_in_process("-i", "nosuch0", "--backend", backend)
+    assert code == 8
+    assert "no such interface 'nosuch0'" in _one_error_line(err)
 
 
 @needs_capture
 @pytest.mark.parametrize("backend", ["libpcap", "socket"])
 def test_invalid_capture_filter(backend: str) -> None:
-    res = _run_cli("sniff", "-i", "lo", "-f", "tcp and and port", "--backend", backend)
-    assert res.returncode == 9
-    assert "invalid capture filter 'tcp and and port'" in _one_error_line(res)
+    code, err = _sniff_in_process("-i", "lo", "-f", "tcp and and port", "--backend", backend)
+    assert code == 9
+    assert "invalid capture filter 'tcp and and port'" in _one_error_line(err)
 
 
 @needs_capture
-def test_interface_down() -> None:
+@pytest.mark.parametrize("backend", ["libpcap", "socket"])
+def test_interface_down(backend: str) -> None:
     down = [p.name for p in Path("/sys/class/net").glob("*") if not int((p / "flags").read_text(), 16) & 1]
     if not down:
         pytest.skip("no interface that is down on this machine")
-    for backend in ("libpcap", "socket"):
-        res = _run_cli("sniff", "-i", down[0], "--backend", backend)
-        assert res.returncode == 8
-        assert f"interface '{down[0]}' is down" in _one_error_line(res)
+    code, err = _sniff_in_process("-i", down[0], "--backend", backend)
+    assert code == 8
+    assert f"interface '{down[0]}' is down" in _one_error_line(err)
 
 
+@needs_capture
 def test_unwritable_output_file(tmp_path: Path) -> None:
-    if _why_not is not None:
-        pytest.skip(_why_not)
-    res = _run_cli("sniff", "-i", "lo", "-w", str(tmp_path / "no" / "such" / "dir.pcap"))
-    assert res.returncode == 10
-    assert "cannot write" in _one_error_line(res)
+    code, err = _sniff_in_process("-i", "lo", "-w", str(tmp_path / "no" / "such" / "dir.pcap"))
+    assert code == 10
+    assert "cannot write" in _one_error_line(err)
 
 
 def _unprivileged() -> list[str] | None:
@@ -437,20 +442,17 @@ def test_permission_denied_as_unprivileged_user(backend: str) -> None:
     res = subprocess.run([*prefix, *_cli("sniff", "-i", "lo", "--backend", backend)], capture_output=True, text=True,
                          cwd="/", timeout=60)  # fmt: skip
     assert res.returncode == 7, res.stderr
-    assert "no permission to capture on 'lo'" in _one_error_line(res)
+    assert "no permission to capture on 'lo'" in _one_error_line(res.stderr)
 
 
 def test_permission_denied_simulated(monkeypatch: pytest.MonkeyPatch) -> None:
     """The same error where the OS refuses: pcap_activate's PERM_DENIED and the socket's EPERM."""
-    from amqpscope.cli.sniff import sniff
-    from click.testing import CliRunner
-
     if live.libpcap_available():
         from scapy.libs import winpcapy
 
         monkeypatch.setattr(winpcapy, "pcap_activate", lambda handle: -8)  # PCAP_ERROR_PERM_DENIED
-        res = CliRunner().invoke(sniff, ["-i", "lo", "--backend", "libpcap"])
-        assert res.exit_code == 7 and "no permission to capture on 'lo'" in res.output
+        code, err = _sniff_in_process("-i", "lo", "--backend", "libpcap")
+        assert code == 7 and "no permission to capture on 'lo'" in _one_error_line(err)
 
     real_socket = socket.socket
 
@@ -460,5 +462,5 @@ def test_permission_denied_simulated(monkeypatch: pytest.MonkeyPatch) -> None:
         return real_socket(family, *args, **kw)
 
     monkeypatch.setattr(socket, "socket", refuse)
-    res = CliRunner().invoke(sniff, ["-i", "lo", "--backend", "socket", "-f", "tcp"])
-    assert res.exit_code == 7 and "no permission to capture on 'lo'" in res.output
+    code, err = _sniff_in_process("-i", "lo", "--backend", "socket", "-f", "tcp")
+    assert code == 7 and "no permission to capture on 'lo'" in _one_error_line(err)
