@@ -428,6 +428,8 @@ _HANDLERS: dict[tuple[str, str], Any] = {
 
 _RESERVED = {"exchange.declare": ("exchange", "exchange.declare.exchange.reserved"),
              "queue.declare": ("queue", "queue.declare.queue.reserved")}  # fmt: skip
+SUSPECT_NAMES = frozenset({"exchange.declare", "queue.declare", "basic.publish", "exchange.declare-ok",
+                           "queue.declare-ok", "channel.close"})  # fmt: skip
 _STANDARD_EXCHANGES = frozenset({"", "amq.direct", "amq.fanout", "amq.topic", "amq.headers", "amq.match"})
 MAX_SUSPECTS = 16
 
@@ -487,6 +489,7 @@ def suspects(cat: Catalogue, world: World, ch: ChanState, ev: Frame, name: str, 
 
 _QUEUE_USERS = frozenset({"queue.declare", "queue.bind", "queue.unbind", "queue.purge", "queue.delete",
                           "basic.consume", "basic.get"})  # fmt: skip
+EXCLUSIVE_NAMES = _QUEUE_USERS | {"queue.declare-ok"}
 
 
 def exclusive(cat: Catalogue, world: World, ev: Frame, name: str, args: dict[str, Any], nowait: bool,

@@ -21,7 +21,19 @@ from collections.abc import Iterator
 from typing import Any
 
 from amqpscope.dissect.spec import Spec
-from amqpscope.events import C2S, S2C, Connection, Event, Finding, Frame, Gap, Malformed, ProtocolHeader, Resync
+from amqpscope.events import (
+    C2S,
+    S2C,
+    Connection,
+    Event,
+    Finding,
+    Frame,
+    Gap,
+    Malformed,
+    Message,
+    ProtocolHeader,
+    Resync,
+)
 
 from . import rules
 from .asserts import CompiledAssert, compile_asserts
@@ -71,6 +83,7 @@ class Validator:
         self.reserved = {m.full_name: tuple((f.ident, f.name) for f in m.fields if f.reserved)
                          for m in spec.methods() if any(f.reserved for f in m.fields)}  # fmt: skip
         # name -> (carries content, has fields, directions allowed to send it)
+        self.synchronous = self.pairing.replies | frozenset(self.pairing.requests)
         self.info = {m.full_name: (m.content, bool(m.fields), self.pairing.senders.get(m.full_name) or frozenset())
                      for m in spec.methods()}  # fmt: skip
         # the connection automaton's state after a close from either side: a close during the
@@ -119,8 +132,10 @@ class _Checker:
 
     def feed(self, ev: Event) -> list[Finding]:
         t = type(ev)
+        if t is Message:
+            return []  # assembled from frames already checked
         if t is Frame:
-            cs = self._conn(ev.conn)
+            cs = self.conns.get(ev.conn) or self._conn(ev.conn)
             p = ev.packet
             # a direction that resynchronises delivers its backlog late: older packets than the other
             # direction's frames already seen, so their order across directions is unknown
@@ -223,7 +238,18 @@ class _Checker:
     # --- frames -----------------------------------------------------------------------------------
 
     def _frame(self, cs: ConnState, ev: Frame) -> list[Finding]:
-        if ev.type == "body" and cs.started and not cs.rejected:
+        if ev.type == "header" and cs.tuned and not cs.rejected:
+            key = (ev.dir or "", ev.channel or 0)
+            cur = cs.content.get(key)
+            if (cur is not None and cur[1] < 0 and cur[0] == ev.class_id and key[1] and not ev.problem
+                    and (ev.size + 8 <= cs.frame_max or not cs.frame_max)
+                    and (key[1] <= cs.channel_max or not cs.channel_max)):  # fmt: skip
+                if ev.body_size:
+                    cur[1] = ev.body_size
+                else:
+                    del cs.content[key]
+                return self._react(cs, ev) if cs.held else []
+        elif ev.type == "body" and cs.tuned and not cs.rejected:
             # the fast path for the commonest frame: a body that fits its message and the frame-max
             key = (ev.dir or "", ev.channel or 0)
             cur = cs.content.get(key)
@@ -400,7 +426,7 @@ class _Checker:
             ch.close_packet = ev.packet
             if complete:
                 rules.close_codes(self.cat, v.spec, ev, name, args, out)
-        claimed = v.pairing.check(self.cat, ch, ev, name, out)
+        claimed = v.pairing.check(self.cat, ch, ev, name, out) if name in v.synchronous else False
         if ch.run is not None:
             term = (ev.dir or C2S, name)
             # a reply pairing matched to its request: if the grammar rejects it, it rejected (and
@@ -413,8 +439,10 @@ class _Checker:
                 claimed = True
         if complete and not claimed:
             rules.functional(self.cat, cs, ch, ev, name, args, nowait, out)
-            rules.suspects(self.cat, self.world, ch, ev, name, args, out)
-            rules.exclusive(self.cat, self.world, ev, name, args, nowait, out)
+            if name in rules.SUSPECT_NAMES and (ch.suspects or ev.dir == C2S):
+                rules.suspects(self.cat, self.world, ch, ev, name, args, out)
+            if name in rules.EXCLUSIVE_NAMES:
+                rules.exclusive(self.cat, self.world, ev, name, args, nowait, out)
 
     def _unsure_channel(self, cs: ConnState, ch: ChanState, ev: Frame, name: str) -> None:
         """A channel whose history the capture does not show: learn, do not judge."""
