@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..events import C2S, Frame
-from .common import MAX_LISTED
+from .common import MAX_LISTED, ConnKeyed
 
 _COUNTED = {"basic.publish": "publishes", "basic.deliver": "deliveries", "basic.get-ok": "deliveries",
             "basic.return": "returns"}  # fmt: skip
@@ -37,7 +37,7 @@ class ChannelTable:
     """Rows per (conn, channel) open in the capture; a reused channel number starts a new row."""
 
     def __init__(self) -> None:
-        self.open: dict[tuple[int, int], ChannelRow] = {}
+        self.open: ConnKeyed[tuple[int, int], ChannelRow] = ConnKeyed()
         self.rows: list[ChannelRow] = []
         self.total = 0
 
@@ -95,7 +95,7 @@ class ChannelTable:
             self.rows.append(row)
 
     def connection_ended(self, conn: int, ts: float, at_eof: bool) -> None:
-        for key in sorted(k for k in self.open if k[0] == conn):
+        for key in self.open.keys_of(conn):
             self._end(key, ts, "open at end" if at_eof else "connection ended")
 
     def finish(self, ts: float) -> None:

@@ -13,8 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..events import C2S, S2C, Frame, Message
-from .common import MAX_LISTED
+from .common import MAX_LISTED, ConnKeyed
 from .percentiles import Reservoir, TimeSeries
+
+# the methods feed_frame reads (the analyzer passes no others)
+METHODS = frozenset({"basic.publish", "basic.ack", "basic.nack", "confirm.select", "confirm.select-ok",
+                     "channel.close-ok", "channel.open"})  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,11 +70,10 @@ class ConfirmTotals:
 
 class ConfirmLedger:
     def __init__(self) -> None:
-        self.channels: dict[tuple[int, int], _Channel] = {}
+        self.channels: ConnKeyed[tuple[int, int], _Channel] = ConnKeyed()
         self.totals = ConfirmTotals()
         self.latency = Reservoir()
         self.latency_series = TimeSeries()
-        self.confirm_series = TimeSeries()
         self.per_channel: dict[tuple[int, int], dict[str, int]] = {}
         self.unconfirmed: list[Unconfirmed] = []
         self.unconfirmed_total = 0
@@ -165,7 +168,6 @@ class ConfirmLedger:
             lat = max(0.0, ev.ts - pub.ts)
             self.latency.add(lat)
             self.latency_series.add(ev.ts, lat)
-            self.confirm_series.add(ev.ts)
             if ack:
                 t.acked += 1
                 t.returned_then_acked += pub.returned
@@ -174,7 +176,7 @@ class ConfirmLedger:
         self._count(conn, channel, "acked" if ack else "nacked", len(settled))
 
     def _drop(self, conn: int, channel: int | None, fate: str) -> None:
-        keys = [(conn, channel)] if channel is not None else [k for k in self.channels if k[0] == conn]
+        keys = [(conn, channel)] if channel is not None else self.channels.keys_of(conn)
         for key in keys:
             ch = self.channels.pop(key, None)
             if ch is None:
@@ -191,7 +193,7 @@ class ConfirmLedger:
         self._drop(conn, None, "open at end" if at_eof else "connection closed")
 
     def finish(self) -> None:
-        for conn in {k[0] for k in self.channels}:
+        for conn in self.channels.conns():
             self._drop(conn, None, "open at end")
 
     def result(self) -> dict[str, Any]:

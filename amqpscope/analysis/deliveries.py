@@ -23,9 +23,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..events import C2S, S2C, Frame
-from .common import MAX_LISTED
+from .common import MAX_LISTED, ConnKeyed
 from .percentiles import Reservoir, TimeSeries
 
+# the methods feed reads (the analyzer passes no others)
+METHODS = frozenset({"basic.deliver", "basic.get-ok", "basic.consume-ok", "basic.get-empty", "basic.cancel",
+                     "basic.recover-ok", "basic.ack", "basic.nack", "basic.reject", "basic.qos", "basic.consume",
+                     "basic.get", "basic.recover-async", "tx.select", "tx.commit", "tx.rollback", "channel.close-ok",
+                     "channel.open"})  # fmt: skip
 MAX_CHANNEL_SERIES = 8  # channels whose in-flight is kept over time (for plots); the first ones seen
 
 
@@ -128,7 +133,7 @@ class DeliveryTotals:
 
 class DeliveryLedger:
     def __init__(self) -> None:
-        self.channels: dict[tuple[int, int], _Channel] = {}
+        self.channels: ConnKeyed[tuple[int, int], _Channel] = ConnKeyed()
         self.totals = DeliveryTotals()
         self.latency = Reservoir()
         self.latency_series = TimeSeries()
@@ -365,8 +370,8 @@ class DeliveryLedger:
         t = self.totals
         elsewhere = None
         if tag:
-            elsewhere = next((c for (cn, c), other in self.channels.items()
-                              if cn == conn and c != channel and tag in other.outstanding), None)  # fmt: skip
+            elsewhere = next((c for (_, c) in self.channels.keys_of(conn)
+                              if c != channel and tag in self.channels[(conn, c)].outstanding), None)  # fmt: skip
         if elsewhere is not None:
             t.wrong_channel += 1
             problem = f"wrong channel (outstanding on channel {elsewhere})"
@@ -385,7 +390,7 @@ class DeliveryLedger:
 
         ``fate`` None is basic.recover: the unacked deliveries are voided (requeued, redelivered
         with new tags); acks held by an open transaction are not in that set and stay."""
-        keys = [(conn, channel)] if channel is not None else [k for k in self.channels if k[0] == conn]
+        keys = [(conn, channel)] if channel is not None else self.channels.keys_of(conn)
         for key in keys:
             ch = self.channels.get(key)
             if ch is None:
@@ -446,11 +451,11 @@ class DeliveryLedger:
 
     def connection_ended(self, conn: int, ts: float, at_eof: bool = False) -> None:
         self._release(conn, None, "open at end" if at_eof else "released: connection closed", ts)
-        for key in [k for k in self.channels if k[0] == conn]:
+        for key in self.channels.keys_of(conn):
             del self.channels[key]
 
     def finish(self, ts: float) -> None:
-        for conn in {k[0] for k in self.channels}:
+        for conn in self.channels.conns():
             self.connection_ended(conn, ts, at_eof=True)
 
     def result(self) -> dict[str, Any]:

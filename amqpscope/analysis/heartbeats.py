@@ -70,30 +70,34 @@ class HeartbeatAnalyzer:
         return c
 
     def feed(self, ev: Frame, conn: int) -> None:
-        c = self._c(conn)
+        c = self.conns.get(conn)
+        if c is None:
+            c = self.conns[conn] = _Conn()
         d = ev.dir or C2S
-        if ev.type == "heartbeat":
-            c.beats[d] = c.beats.get(d, 0) + 1
+        ts = ev.ts
         if c.since is not None:
-            self._gap(c, d, ev.ts)
+            # inline: this runs for every frame of the capture
+            prev = c.last.get(d)
+            if prev is not None and ts - prev > c.silence.get(d, 0.0):
+                c.silence[d] = ts - prev
+            c.last[d] = ts
+        ftype = ev.type
+        if ftype == "heartbeat":
+            c.beats[d] = c.beats.get(d, 0) + 1
+            return
+        if ftype != "method" or ev.channel:
+            return
         m = ev.method
         if m == "connection.tune":
             c.proposed = (ev.args or {}).get("heartbeat")
         elif m == "connection.tune-ok":
             c.negotiated = (ev.args or {}).get("heartbeat")
-            c.since = ev.ts
-            c.last = {C2S: ev.ts, S2C: ev.ts}
+            c.since = ts
+            c.last = {C2S: ts, S2C: ts}
         elif m == "connection.close":
             c.close_seen = True
         elif m == "connection.close-ok":
             c.close_ok = True
-
-    @staticmethod
-    def _gap(c: _Conn, d: str, ts: float) -> None:
-        prev = c.last.get(d)
-        if prev is not None:
-            c.silence[d] = max(c.silence.get(d, 0.0), ts - prev)
-        c.last[d] = ts
 
     def connection_ended(self, ev: Connection, conn: int) -> None:
         c = self.conns.pop(conn, None) or _Conn()

@@ -33,8 +33,10 @@ class Reservoir:
     def add(self, value: float) -> None:
         self.count += 1
         self.total += value
-        self.min = min(self.min, value)
-        self.max = max(self.max, value)
+        if value < self.min:
+            self.min = value
+        if value > self.max:
+            self.max = value
         if len(self.samples) < self.capacity:
             self.samples.append(value)
         else:
@@ -101,16 +103,18 @@ class TimeSeries:
         self.buckets: dict[int, Bucket] = {}
 
     def add(self, ts: float, value: float = 0.0) -> None:
-        if self.origin is None:
-            self.origin = ts
-        idx = int((ts - self.origin) // self.width) if ts >= self.origin else 0
+        origin = self.origin
+        if origin is None:
+            origin = self.origin = ts
+        idx = int((ts - origin) // self.width) if ts >= origin else 0
         while idx >= self.max_buckets:
             self._coarsen()
-            idx = int((ts - self.origin) // self.width)
+            idx = int((ts - origin) // self.width)
         b = self.buckets.get(idx)
         if b is None:
             b = self.buckets[idx] = Bucket()
-        b.max = value if not b.count else max(b.max, value)
+        if not b.count or value > b.max:
+            b.max = value
         b.count += 1
         b.total += value
         b.last = value

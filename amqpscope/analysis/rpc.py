@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from ..dissect.spec import Spec
 from ..events import Frame
-from .common import MAX_LISTED, flag, other
+from .common import MAX_LISTED, ConnKeyed, flag, other
 from .percentiles import Reservoir
 
 # basic.recover is synchronous in practice (RabbitMQ answers recover-ok) but the 0-9-1 XML gives
@@ -62,8 +62,10 @@ class RpcPairing:
                 self.responses[m.full_name] = tuple(f"{m.class_name}.{r}" for r in m.responses)
         self.responses.update(EXTRA_RESPONSES)
         self.reply_names = {r for rs in self.responses.values() for r in rs}
+        # every method feed reads: requests, replies and the closes that end waiting
+        self.watched = frozenset({*self.responses, *self.reply_names, "channel.close", "connection.close"})
         # (conn, channel, dir of the request) → requests waiting for a reply
-        self.pending: dict[tuple[int, int, str], deque[Pending]] = {}
+        self.pending: ConnKeyed[tuple[int, int, str], deque[Pending]] = ConnKeyed()
         self.stats: dict[str, MethodStats] = {}
         self.unanswered: list[Unanswered] = []
         self.unanswered_total = 0
@@ -116,7 +118,7 @@ class RpcPairing:
 
     def _close_pending(self, conn: int, channel: int | None, req_dir: str, why: str) -> None:
         for key in [
-            k for k in self.pending if k[0] == conn and k[2] == req_dir and (channel is None or k[1] == channel)
+            k for k in self.pending.keys_of(conn) if k[2] == req_dir and (channel is None or k[1] == channel)
         ]:
             for req in self.pending.pop(key):
                 # the close itself is pending from the other side and is not an error here
@@ -127,7 +129,7 @@ class RpcPairing:
     def connection_ended(self, conn: int, at_eof: bool = False) -> None:
         """The connection is gone (or the capture ended): requests still pending never got a reply."""
         outcome = "no reply (capture ended)" if at_eof else "no reply (connection ended)"
-        for key in [k for k in self.pending if k[0] == conn]:
+        for key in self.pending.keys_of(conn):
             for req in self.pending.pop(key):
                 self._stat(req.method).unanswered += 1
                 self._list(conn, key[1], key[2], req, outcome)
@@ -138,7 +140,7 @@ class RpcPairing:
             self.unanswered.append(Unanswered(conn, channel, direction, req.method, req.packet, req.ts, outcome))
 
     def finish(self) -> None:
-        for conn in {k[0] for k in self.pending}:
+        for conn in self.pending.conns():
             self.connection_ended(conn, at_eof=True)
 
     def result(self) -> dict[str, object]:

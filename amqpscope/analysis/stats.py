@@ -18,7 +18,9 @@ from ..events import C2S, Connection, Event, Finding, Frame, Message
 from .audit import SecurityAudit
 from .channels import ChannelTable
 from .common import MAX_LISTED, client_version
+from .confirms import METHODS as CONFIRM_METHODS
 from .confirms import ConfirmLedger
+from .deliveries import METHODS as DELIVERY_METHODS
 from .deliveries import DeliveryLedger
 from .heartbeats import HeartbeatAnalyzer
 from .percentiles import TimeSeries
@@ -26,8 +28,9 @@ from .rpc import RpcPairing
 from .tracing import Tracer
 
 # Methods whose arguments name a queue, exchange or routing key worth counting.
-QUEUE_METHODS = ("queue.declare", "queue.bind", "queue.unbind", "queue.purge", "queue.delete", "basic.consume",
-                 "basic.get")  # fmt: skip
+QUEUE_METHODS = frozenset({"queue.declare", "queue.bind", "queue.unbind", "queue.purge", "queue.delete",
+                           "basic.consume", "basic.get"})  # fmt: skip
+SETTLE_METHODS = frozenset({"basic.ack", "basic.nack", "basic.reject"})
 MAX_NAMES = 10_000  # distinct exchange/queue/routing-key names kept; the rest are counted as "(other)"
 
 
@@ -80,6 +83,7 @@ class Analyzer:
     def __init__(self, spec: Spec | None = None) -> None:
         self.spec = spec or get_codec().spec
         self.rpc = RpcPairing(self.spec)
+        self._rpc_methods = self.rpc.watched
         self.confirms = ConfirmLedger()
         self.deliveries = DeliveryLedger()
         self.heartbeats = HeartbeatAnalyzer()
@@ -123,27 +127,34 @@ class Analyzer:
 
     def feed(self, ev: Event) -> None:
         self.events += 1
-        conn = ev.conn + self._offset if ev.conn >= 0 else ev.conn
+        conn = ev.conn
+        if self._offset and conn >= 0:
+            conn += self._offset
         if conn > self._max_conn:
             self._max_conn = conn
         ts = ev.ts
         if ts:
-            self.first_ts = ts if self.first_ts is None else min(self.first_ts, ts)
-            self.last_ts = ts if self.last_ts is None else max(self.last_ts, ts)
-        if isinstance(ev, Frame):
-            self._frame(ev, conn)
-        elif isinstance(ev, Message):
+            if self.first_ts is None or ts < self.first_ts:
+                self.first_ts = ts
+            if self.last_ts is None or ts > self.last_ts:
+                self.last_ts = ts
+        t = type(ev)
+        if t is Frame:
+            self._frame(ev, conn)  # type: ignore[arg-type]
+        elif t is Message:
+            msg: Message = ev  # type: ignore[assignment]
             self.messages += 1
-            self.body_bytes += ev.body_size
-            self.tracer.feed(ev, conn)
-            self.confirms.feed_message(ev, conn)
-            if ev.method == "basic.return":
-                self._reply_code("basic.return", ev.args.get("reply_code"))
-        elif isinstance(ev, Connection):
-            self._connection(ev, conn)
-        elif isinstance(ev, Finding):
-            self.findings[ev.rule] = self.findings.get(ev.rule, 0) + 1
-            self.findings_by_severity[ev.severity] = self.findings_by_severity.get(ev.severity, 0) + 1
+            self.body_bytes += msg.body_size
+            self.tracer.feed(msg, conn)
+            if msg.method == "basic.return":
+                self.confirms.feed_message(msg, conn)
+                self._reply_code("basic.return", msg.args.get("reply_code"))
+        elif t is Connection:
+            self._connection(ev, conn)  # type: ignore[arg-type]
+        elif t is Finding:
+            f: Finding = ev  # type: ignore[assignment]
+            self.findings[f.rule] = self.findings.get(f.rule, 0) + 1
+            self.findings_by_severity[f.severity] = self.findings_by_severity.get(f.severity, 0) + 1
         elif ev.kind == "gap":
             self.gaps += 1
         elif ev.kind == "malformed":
@@ -152,32 +163,43 @@ class Analyzer:
             self.resyncs += 1
 
     def _frame(self, ev: Frame, conn: int) -> None:
-        self.frame_types[ev.type] = self.frame_types.get(ev.type, 0) + 1
+        ftype = ev.type
+        self.frame_types[ftype] = self.frame_types.get(ftype, 0) + 1
         self.heartbeats.feed(ev, conn)
-        self.channels.feed(ev, conn)
+        if ftype == "body":
+            return
+        if ev.channel:
+            self.channels.feed(ev, conn)
         method = ev.method
-        if ev.type != "method" or method is None:
+        if ftype != "method" or method is None:
             return
         self.methods[method] = self.methods.get(method, 0) + 1
+        # each ledger sees only the methods it reads: most frames of a busy capture are publishes,
+        # deliveries and acks, and the dispatch is the cost that matters
+        if method in self._rpc_methods:
+            self.rpc.feed(ev, conn)
+        if method in CONFIRM_METHODS:
+            self.confirms.feed_frame(ev, conn)
+        if method in DELIVERY_METHODS:
+            self.deliveries.feed(ev, conn)
         args = ev.args or {}
-        self.rpc.feed(ev, conn)
-        self.confirms.feed_frame(ev, conn)
-        self.deliveries.feed(ev, conn)
         if method == "basic.publish":
             self.exchanges.add(str(args.get("exchange", "")) or "(default)")
             self.routing_keys.add(str(args.get("routing_key", "")))
             self.series["publish"].add(ev.ts)
-        elif method in ("basic.deliver", "basic.get-ok"):
+        elif method == "basic.deliver" or method == "basic.get-ok":
             self.series["deliver"].add(ev.ts)
-        elif method in ("basic.ack", "basic.nack", "basic.reject") and ev.dir == C2S:
-            self.series["ack"].add(ev.ts)
-        elif method in QUEUE_METHODS and args.get("queue"):
-            self.queues.add(str(args["queue"]))
+        elif method in SETTLE_METHODS:
+            if ev.dir == C2S:
+                self.series["ack"].add(ev.ts)
+        elif method in QUEUE_METHODS:
+            if args.get("queue"):
+                self.queues.add(str(args["queue"]))
         elif method == "channel.open":
             self.channels_opened += 1
             first, n = self._open.get(conn, (ev.ts, 0))
             self._open[conn] = (first, n + 1)
-        if method in ("connection.close", "channel.close"):
+        elif method == "connection.close" or method == "channel.close":
             self._reply_code(method, args.get("reply_code"))
 
     def _reply_code(self, method: str, code: Any) -> None:
