@@ -380,11 +380,17 @@ def run_stream(data: bytes, codec: Codec, rng: random.Random) -> None:
         raise Invariant(f"gap_bytes {acc.gap_bytes} != bytes removed {gaps}")
 
 
-def run_pipeline(data: bytes, codec: Codec, options: Options) -> int:
+def run_pipeline(data: bytes, codec: Codec, options: Options, validate: bool = False) -> int:
+    """Decode, render every event; with ``validate`` the validator runs as a stage (as in decode)."""
     stats = RunStats()
     n = 0
+    stages: tuple[Any, ...] = ()
+    if validate:
+        from amqpscope.validate.validator import Validator
+
+        stages = (Validator(codec.spec).stage,)
     try:
-        for ev in decode_packets(read_packets(io.BytesIO(data)), codec, options, stats):
+        for ev in decode_packets(read_packets(io.BytesIO(data)), codec, options, stats, stages):
             rec = record(ev, "full")
             dumpb(rec)
             summary(ev)
@@ -397,7 +403,18 @@ def run_pipeline(data: bytes, codec: Codec, options: Options) -> int:
     return n
 
 
-_CLI_FORMATS = (["-T", "jsonl"], ["-T", "csv"], ["-T", "table"], ["-T", "json"], ["-T", "rich", "-V"])
+_CLI_COMMANDS = (
+    ["decode", "-T", "jsonl", "--stats", "--no-progress"],
+    ["decode", "-T", "csv", "--no-progress"],
+    ["decode", "-T", "table", "--no-progress"],
+    ["decode", "-T", "json", "--body", "full", "--no-progress"],
+    ["decode", "-T", "rich", "-V", "--body", "full", "--no-progress"],
+    ["validate", "-T", "jsonl"],
+    ["stats", "-T", "json"],
+    ["flow", "-T", "text"],
+    ["report", "-o", "{out}/report.html"],
+)
+CLI_EXIT_CODES = (0, 1, 2, 3, 4, 5, 6, 7)  # 1: validate findings; 2: e.g. flow without a connection
 
 
 def run_cli(data: bytes, rng: random.Random, workdir: Path) -> None:
@@ -407,15 +424,15 @@ def run_cli(data: bytes, rng: random.Random, workdir: Path) -> None:
 
     path = workdir / "input.pcap"
     path.write_bytes(data)
-    args = ["decode", *rng.choice(_CLI_FORMATS), "--stats", "--no-progress", str(path)]
+    args = [a.replace("{out}", str(workdir)) for a in rng.choice(_CLI_COMMANDS)] + [str(path)]
     result = CliRunner().invoke(cli, args, catch_exceptions=True)
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise result.exception
-    if result.exit_code not in (0, 2, 3, 4, 5, 6):
-        raise Invariant(f"exit code {result.exit_code}")
+    if result.exit_code not in CLI_EXIT_CODES:
+        raise Invariant(f"{args[0]}: exit code {result.exit_code}")
     err = result.stderr
     if "Traceback" in err or len([line for line in err.splitlines() if line.strip()]) > 1:
-        raise Invariant(f"stderr is not one line: {err[:300]!r}")
+        raise Invariant(f"{args[0]}: stderr is not one line: {err[:300]!r}")
 
 
 # --- driver --------------------------------------------------------------------------------------
@@ -469,7 +486,7 @@ def execute(target: str, data: bytes, rng: random.Random, codec: Codec, options:
     elif target == "stream":
         run_stream(data, codec, rng)
     elif target == "pipeline":
-        run_pipeline(data, codec, options)
+        run_pipeline(data, codec, options, validate=rng.random() < 0.25)
     elif target == "cli":
         run_cli(data, rng, workdir)
     else:
