@@ -25,7 +25,7 @@ import click
 
 from amqpscope.events import Connection, Finding, Frame, Message
 from amqpscope.filter import compile_filter
-from amqpscope.live import BACKENDS, DEFAULT_FILTER, LiveCapture, LiveCaptureError, LiveStats
+from amqpscope.live import BACKENDS, BUFFER_BYTES, DEFAULT_FILTER, LiveCapture, LiveCaptureError, LiveStats
 from amqpscope.output.console import ConsoleWriter
 from amqpscope.output.records import dumps, record
 from amqpscope.output.writers import JsonlWriter
@@ -133,12 +133,14 @@ def summary_line(iface: str, seconds: float, st: LiveStats, counts: dict[str, in
               help="Run the conversation analytics live and write their JSON report to FILE at the end.")
 @click.option("--idle-timeout", type=click.FloatRange(min=1), default=600.0, show_default=True, metavar="S",
               help="Forget TCP flows without packets for S seconds (keeps memory bounded).")
+@click.option("-B", "--buffer-size", "buffer_mib", type=click.IntRange(min=1), default=BUFFER_BYTES >> 20,
+              show_default=True, metavar="MiB", help="Kernel capture buffer: what absorbs bursts while decoding lags.")
 @click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True,
               help="Capture through libpcap, or an AF_PACKET socket (Linux); auto prefers libpcap.")
 def sniff(iface: str, bpf: str | None, spec: str | None, ports: tuple[int, ...], show_credentials: bool,
           count: int | None, duration: float | None, write_to: str | None, fmt: str, verbose: bool,
           display_filter: str | None, body: str | None, no_validate: bool, analysis_to: str | None,
-          idle_timeout: float, backend: str) -> None:  # fmt: skip
+          idle_timeout: float, buffer_mib: int, backend: str) -> None:  # fmt: skip
     """Decode AMQP live on interface IFACE (needs root or CAP_NET_RAW; see docs/sniffing.md)."""
 
     def run() -> int:
@@ -156,7 +158,8 @@ def sniff(iface: str, bpf: str | None, spec: str | None, ports: tuple[int, ...],
             from amqpscope.analysis.stats import Analyzer
 
             analyzer = Analyzer(codec.spec)
-        capture = LiveCapture(iface, DEFAULT_FILTER if bpf is None else bpf, backend=backend, write_to=write_to)
+        capture = LiveCapture(iface, DEFAULT_FILTER if bpf is None else bpf, backend=backend, write_to=write_to,
+                              buffer_bytes=buffer_mib << 20)  # fmt: skip
         try:
             capture.open()
         except LiveCaptureError as exc:

@@ -366,6 +366,23 @@ def test_kernel_drops_are_counted(backend: str) -> None:
     assert st.backlog_dropped == 0
 
 
+def test_drop_warnings_while_capturing(capsys: pytest.CaptureFixture[str]) -> None:
+    from amqpscope.cli.sniff import _DropWatch
+
+    st = live.LiveStats(backend="libpcap", kernel_dropped=0, interface_dropped=0)
+    watch = _DropWatch(st)
+    watch.check()
+    assert capsys.readouterr().err == ""  # nothing lost: nothing said
+    st.backlog_dropped, st.kernel_dropped = 7, 5
+    watch.next_check = 0.0
+    watch.check()
+    err = capsys.readouterr().err
+    assert err == "amqpscope: warning: 12 packets dropped so far (kernel 5, backlog 7): the decode has gaps\n"
+    watch.next_check = 0.0
+    watch.check()
+    assert capsys.readouterr().err == ""  # said once per new loss
+
+
 # --- clear errors ---------------------------------------------------------------------------------------
 
 
