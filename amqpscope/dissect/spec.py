@@ -36,6 +36,7 @@ class Assert:
     method: str | None = None  # for "le": the method whose field bounds this one
     field: str | None = None
     origin: str = "field"  # "field" or "domain:<name>"
+    values: tuple[str, ...] = ()  # "enum": the <value name=…> children, in order
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,6 +297,7 @@ class _Builder:
                 method=a.attrs.get("method"),
                 field=a.attrs.get("field"),
                 origin=origin,
+                values=tuple(v.attrs.get("name", "") for v in a.all("value")),
             )
             for a in node.all("assert")
         )
