@@ -131,3 +131,18 @@ def test_notation_errors() -> None:
     with pytest.raises(GrammarError, match="undefined rule"):
         resolve(parse_rules("a = b"), "a", "k", {})
     assert resolve(parse_rules("a = content"), "a", "k", {"content": Node("eps")}).op == "eps"
+
+
+def test_spec_without_grammars_still_validates(captures_dir: Path) -> None:
+    from amqpscope.dissect.codec import get_codec
+    from amqpscope.testing.synth import Capture
+
+    cap = Capture(get_codec(str(captures_dir.parent / "specs" / "amqp0-9-1.stripped.xml")))
+    c = cap.connection()
+    c.handshake()
+    c.open_channel(1)
+    p = c.client(1, "tx.commit")
+    c.server(1, "tx.commit-ok")
+    c.client(2, "basic.qos", prefetch_count=1)  # channel 2 was never opened
+    c.close()
+    assert [(f.rule, f.packet) for f in cap.findings()] == [("tx.commit.transacted", p), ("channel.not-open", p + 2)]
