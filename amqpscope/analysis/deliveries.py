@@ -31,7 +31,7 @@ METHODS = frozenset({"basic.deliver", "basic.get-ok", "basic.consume-ok", "basic
                      "basic.recover-ok", "basic.ack", "basic.nack", "basic.reject", "basic.qos", "basic.consume",
                      "basic.get", "basic.recover-async", "tx.select", "tx.commit", "tx.rollback", "channel.close-ok",
                      "channel.open"})  # fmt: skip
-MAX_CHANNEL_SERIES = 8  # channels whose in-flight is kept over time (for plots); the first ones seen
+MAX_CHANNEL_SERIES = 32  # channels whose in-flight is kept over time (for plots): the busiest ones
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +70,15 @@ class _Delivery:
 
 
 @dataclass(slots=True)
+class InFlightTrack:
+    """One channel's unacked consumer deliveries over time, with the prefetch that applies."""
+
+    series: TimeSeries
+    limit: int = 0
+    peak: int = 0
+
+
+@dataclass(slots=True)
 class _Consumer:
     no_ack: bool
     prefetch: int  # this consumer's own limit (basic.qos global_=0 before it started); 0 = none
@@ -102,7 +111,6 @@ class _Channel:
     pending_get_no_ack: deque[bool] = field(default_factory=deque)
     tx: bool = False
     tx_acks: list[_TxAck] = field(default_factory=list)
-    series: TimeSeries | None = None
 
 
 @dataclass(slots=True)
@@ -139,7 +147,8 @@ class DeliveryLedger:
         self.latency_series = TimeSeries()
         self.in_flight_series = TimeSeries()
         self.in_flight_total = 0
-        self.channel_series: dict[tuple[int, int], tuple[TimeSeries, int]] = {}  # → (in flight, prefetch)
+        self.channel_series: dict[tuple[int, int], InFlightTrack] = {}
+        self._floor = 0  # no tracked channel peaked below this (peaks only grow, so it is a lower bound)
         self.unacked: list[Unacked] = []
         self.unacked_total = 0
         self.unacked_by_consumer: dict[str, int] = {}
@@ -263,14 +272,29 @@ class DeliveryLedger:
     def _in_flight(self, conn: int, channel: int, ch: _Channel, delta: int, ts: float) -> None:
         self.in_flight_total += delta
         self.in_flight_series.add(ts, float(self.in_flight_total))
-        if ch.series is None and len(self.channel_series) < MAX_CHANNEL_SERIES:
-            ch.series = TimeSeries()
-            self.channel_series[(conn, channel)] = (ch.series, 0)
-        if ch.series is not None:
-            ch.series.add(ts, float(ch.in_flight))
-            limit = ch.global_prefetch or max((c.prefetch for c in ch.consumers.values()), default=0)
-            self.channel_series[(conn, channel)] = (ch.series, limit)
+        key = (conn, channel)
+        track = self.channel_series.get(key)
+        if track is None and ch.in_flight > self._floor:
+            track = self._track(key, ch.in_flight)
+        if track is not None:
+            track.series.add(ts, float(ch.in_flight))
+            track.limit = ch.global_prefetch or max((c.prefetch for c in ch.consumers.values()), default=0)
+            if ch.in_flight > track.peak:
+                track.peak = ch.in_flight
         self._limit(ch, ts)
+
+    def _track(self, key: tuple[int, int], level: int) -> InFlightTrack | None:
+        """Start following a channel, in place of the least busy one when all places are taken."""
+        tracks = self.channel_series
+        if len(tracks) >= MAX_CHANNEL_SERIES:
+            low = min(tracks, key=lambda k: tracks[k].peak)
+            if tracks[low].peak >= level:
+                self._floor = tracks[low].peak
+                return None
+            del tracks[low]
+            self._floor = min((t.peak for t in tracks.values()), default=0)
+        track = tracks[key] = InFlightTrack(TimeSeries())
+        return track
 
     @staticmethod
     def _at_limit(ch: _Channel) -> bool:

@@ -17,7 +17,9 @@ from .percentiles import Bucket, TimeSeries
 from .stats import Analyzer
 
 esc = html.escape
-COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f",
+           "#bcbd22")  # fmt: skip
+PLOTTED_CHANNELS = 4  # the busiest channels drawn in the in-flight plot (with their prefetch)
 PLOT_BUCKETS = 120
 LISTED = 200  # rows per listing table
 
@@ -107,6 +109,8 @@ def _nice(x: float) -> float:
 
 
 def _tick(v: float) -> str:
+    if abs(v) >= 10_000:
+        return f"{v / 1000:g}k"
     return f"{v:.4g}"
 
 
@@ -119,7 +123,9 @@ def line_plot(title: str, series: dict[str, list[tuple[float, float]]], unit: st
         return f"<p class=muted>{esc(title)}: no data</p>"
     ml, mr, mt, mb = 64, 210, 26, 34
     xmax = xmax or max(x for x, _ in pts) or 1.0
-    ymax = _nice(max(y for _, y in pts) or 1.0)
+    ystep = _nice((max(y for _, y in pts) or 1.0) / 4)
+    ymax = ystep * max(1, math.ceil(max(y for _, y in pts) / ystep - 1e-9))
+    xstep = _nice(xmax / 6)
     pw, ph = width - ml - mr, height - mt - mb
 
     def sx(x: float) -> float:
@@ -131,11 +137,12 @@ def line_plot(title: str, series: dict[str, list[tuple[float, float]]], unit: st
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-size="11" '
            f'font-family="sans-serif"><text x="{ml}" y="16" font-weight="bold">{esc(title)}</text>',
            f'<text x="{ml - 8}" y="{mt - 6}" text-anchor="end" fill="#555">{esc(unit)}</text>']  # fmt: skip
-    for i in range(5):
-        yv = ymax * i / 4
+    for i in range(round(ymax / ystep) + 1):
+        yv = ystep * i
         out.append(f'<line x1="{ml}" y1="{sy(yv):.1f}" x2="{ml + pw}" y2="{sy(yv):.1f}" stroke="#eee"/>')
         out.append(f'<text x="{ml - 4}" y="{sy(yv) + 4:.1f}" text-anchor="end" fill="#555">{_tick(yv)}</text>')
-        xv = xmax * i / 4
+    for i in range(math.floor(xmax / xstep + 1e-9) + 1):
+        xv = xstep * i
         out.append(f'<text x="{sx(xv):.1f}" y="{mt + ph + 15}" text-anchor="middle" fill="#555">{_tick(xv)} s</text>')
     out.append(f'<line x1="{ml}" y1="{mt + ph}" x2="{ml + pw}" y2="{mt + ph}" stroke="#888"/>'
                f'<line x1="{ml}" y1="{mt}" x2="{ml}" y2="{mt + ph}" stroke="#888"/>')  # fmt: skip
@@ -193,7 +200,7 @@ def plots(a: Analyzer) -> list[str]:
     origin = a.first_ts or 0.0
     duration = max(a.duration, 1e-6)
     every = [*a.series.values(), a.confirms.latency_series, a.deliveries.latency_series,
-             a.deliveries.in_flight_series, *(s for s, _ in a.deliveries.channel_series.values())]  # fmt: skip
+             a.deliveries.in_flight_series, *(t.series for t in a.deliveries.channel_series.values())]  # fmt: skip
     # the display bucket is no finer than the coarsest series (they coarsen independently)
     width = _nice(max([duration / PLOT_BUCKETS, *(s.width for s in every if s.origin is not None)]))
     n = math.ceil(duration / width) + 1
@@ -206,14 +213,19 @@ def plots(a: Analyzer) -> list[str]:
             lat[f"{name} mean"], lat[f"{name} max"] = _means(s, width, origin)
     flight: dict[str, list[tuple[float, float]]] = {}
     dashed = set()
-    for (conn, ch), (s, limit) in sorted(a.deliveries.channel_series.items()):
-        flight[f"conn {conn} ch {ch} unacked"] = _level(s, width, origin, n)
-        if limit:
-            name = f"conn {conn} ch {ch} prefetch"
-            flight[name] = [(0.0, float(limit)), (xmax, float(limit))]
-            dashed.add(name)
-    if len(a.deliveries.channel_series) > 1 and a.deliveries.in_flight_series.origin is not None:
+    tracks = a.deliveries.channel_series
+    if len(tracks) > 1 and a.deliveries.in_flight_series.origin is not None:
+        # drawn first (underneath): a channel that holds everything would otherwise be hidden by it
         flight["all channels unacked"] = _level(a.deliveries.in_flight_series, width, origin, n)
+        dashed.add("all channels unacked")
+    busiest = sorted(tracks, key=lambda k: (-tracks[k].peak, k))[:PLOTTED_CHANNELS]
+    for conn, ch in sorted(busiest):
+        t = tracks[(conn, ch)]
+        flight[f"conn {conn} ch {ch} unacked"] = _level(t.series, width, origin, n)
+        if t.limit:
+            name = f"conn {conn} ch {ch} prefetch"
+            flight[name] = [(0.0, float(t.limit)), (xmax, float(t.limit))]
+            dashed.add(name)
     step = f"{_tick(width * 1000)} ms" if width < 1 else f"{_tick(width)} s"
     return [
         line_plot(f"Message rates (per second, {step} buckets)", rates, "msg/s", xmax),
