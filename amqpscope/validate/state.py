@@ -73,6 +73,7 @@ class ConnState:
     started: bool = False  # the client's protocol header (or a frame) was seen
     header: str | None = None  # the version the client's protocol header asked for
     rejected: int = 0  # packet of the server's protocol header answering the client's (0: none)
+    after_refusal: set[str] = field(default_factory=set)  # directions reported sending frames after it
     opened: bool = False  # connection.open-ok seen
     tuned: bool = False
     frame_max: int = 0

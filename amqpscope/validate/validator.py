@@ -76,14 +76,11 @@ class Validator:
         self.pairing = Pairing(spec)
         self.types = frame_types(spec)
         self.min_size = spec.constant("frame-min-size", 4096) or 4096
-        self.content_methods = frozenset(m.full_name for m in spec.methods() if m.content)
-        self.known = frozenset(m.full_name for m in spec.methods())
-        self.fields = {m.full_name: len(m.fields) for m in spec.methods()}
         # reserved fields per method: (identifier, spec name)
         self.reserved = {m.full_name: tuple((f.ident, f.name) for f in m.fields if f.reserved)
                          for m in spec.methods() if any(f.reserved for f in m.fields)}  # fmt: skip
-        # name -> (carries content, has fields, directions allowed to send it)
         self.synchronous = self.pairing.replies | frozenset(self.pairing.requests)
+        # name -> (carries content, has fields, directions allowed to send it)
         self.info = {m.full_name: (m.content, bool(m.fields), self.pairing.senders.get(m.full_name) or frozenset())
                      for m in spec.methods()}  # fmt: skip
         # the connection automaton's state after a close from either side: a close during the
@@ -269,6 +266,9 @@ class _Checker:
             cs.started = True
             cs.run.step((C2S, "protocol-header"))
         if cs.rejected:
+            if ev.dir in cs.after_refusal:
+                return []  # reported once per direction
+            cs.after_refusal.add(ev.dir or C2S)
             who = "connection.start.protocol-name" if ev.dir == S2C else "connection.start.client-support"
             out.append(self.cat.finding(ev, who, VIOLATION,
                                         f"the {_WHO[ev.dir or C2S]} sends frames after the server refused the "
