@@ -178,7 +178,9 @@ class _PcapSource(_Source):
             pc.pcap_set_snaplen(handle, snaplen)
             pc.pcap_set_promisc(handle, 0)
             pc.pcap_set_timeout(handle, READ_TIMEOUT_MS)
-            pc.pcap_set_buffer_size(handle, buffer_bytes)
+            set_buffer = getattr(pc, "pcap_set_buffer_size", None)  # absent from very old libpcap
+            if set_buffer is not None:
+                set_buffer(handle, buffer_bytes)
             self._nano = _optional(lib, "pcap_set_tstamp_precision", pc)(handle, 1) == 0
             status = pc.pcap_activate(handle)
             if status < 0:

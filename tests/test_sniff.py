@@ -218,9 +218,9 @@ def test_sniff_decodes_live_publish_and_consume(rabbitmq: PrivateBroker, tmp_pat
 @needs_capture
 @pytest.mark.broker
 def test_sniff_write_then_decode_gives_the_same_events(rabbitmq: PrivateBroker, tmp_path: Path) -> None:
-    pcap = tmp_path / "live.pcap"
+    pcap, analysis = tmp_path / "live.pcap", tmp_path / "analysis.json"
     with _sniffing(tmp_path, "-i", "lo", "--port", str(rabbitmq.port), "--format", "jsonl",
-                   "-w", str(pcap)) as sniffer:  # fmt: skip
+                   "-w", str(pcap), "--analysis", str(analysis)) as sniffer:  # fmt: skip
         _conversation(rabbitmq.port, "alice.sniff-w", n=10)
         sniffer.wait_for(_closed_by_client(rabbitmq.port))
         rc = sniffer.stop()
@@ -236,6 +236,10 @@ def test_sniff_write_then_decode_gives_the_same_events(rabbitmq: PrivateBroker, 
     assert live_frames == file_frames
     # not only the frames: every event, argument, property and timestamp is the same
     assert live_recs == file_recs
+    # the analytics ran live over the same events
+    report = json.loads(analysis.read_text())
+    publishes = sum(1 for r in live_recs if r["kind"] == "frame" and r.get("method") == "basic.publish")
+    assert report["methods"]["basic.publish"] == publishes >= 10
 
 
 @needs_capture
