@@ -13,6 +13,7 @@ from amqpscope.dissect.codec import get_codec
 from amqpscope.events import S2C
 
 from .analysis_events import Script, capture_report, codec_handshake, synthetic_pcap
+from .variants import cut_first
 
 
 def _oracle(captures_dir: Path, name: str, method: str, direction: str) -> tuple[int, int]:
@@ -164,3 +165,12 @@ def test_return_before_ack_through_the_whole_pipeline(tmp_path: Path) -> None:
     c = analyse(amqpscope.read(path)).report()["confirms"]
     assert (c["published_in_confirm_mode"], c["acked"], c["returned"], c["returned_then_acked"]) == (2, 2, 1, 1)
     assert c["outstanding"] == 0
+
+
+def test_a_capture_that_starts_after_confirm_select(captures_dir: Path, tmp_path: Path) -> None:
+    cut = tmp_path / "s02-mid.pcap"
+    cut_first(captures_dir / "s02_pika_confirms.pcap", cut, 300)
+    c = analyse(amqpscope.read(cut)).report()["confirms"]
+    # the numbering is unknown without confirm.select: acks are not matched, and not called unknown
+    assert c["published_in_confirm_mode"] == 0 and c["unknown_tag"] == 0
+    assert c["select_not_seen"] == c["ack_frames"] + c["nack_frames"] > 0

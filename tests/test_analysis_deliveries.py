@@ -14,6 +14,7 @@ from amqpscope.dissect.codec import get_codec
 from amqpscope.events import S2C
 
 from .analysis_events import Script, capture_report, codec_handshake, synthetic_pcap
+from .variants import cut_first
 
 
 def _oracle(captures_dir: Path, name: str, method: str) -> tuple[int, int]:
@@ -279,3 +280,13 @@ def test_server_cancel_is_counted() -> None:
     _consumer(s)
     s.method(S2C, "basic.cancel", 1, 0, None, consumer_tag="ctag", no_wait=True)
     assert _run(s)["server_cancels"] == 1
+
+
+def test_a_capture_that_starts_mid_channel_blames_nobody(captures_dir: Path, tmp_path: Path) -> None:
+    # s04 from packet 105 on: the reject of tag 4 and the nack of tag 5 settle deliveries made
+    # before the capture started, which is not a double ack
+    cut = tmp_path / "s04-mid.pcap"
+    cut_first(captures_dir / "s04_pika_consumer_acks.pcap", cut, 104)
+    d = analyse(amqpscope.read(cut)).report()["deliveries"]
+    assert d["before_capture"] == 2 and d["bad_acks"] == []
+    assert d["double_ack"] == d["unknown_tag"] == d["wrong_channel"] == 0

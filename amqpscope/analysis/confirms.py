@@ -65,6 +65,7 @@ class ConfirmTotals:
     returned_then_acked: int = 0
     return_unmatched: int = 0  # a return in confirm mode matching no unconfirmed publish (ack came first?)
     unknown_tag: int = 0  # ack/nack naming nothing outstanding
+    select_not_seen: int = 0  # ack/nack frames on a channel whose confirm.select is not in the capture
     lost_at_close: int = 0
 
 
@@ -148,8 +149,14 @@ class ConfirmLedger:
             t.nack_multiple += multiple
         self._count(conn, channel, "ack_frames" if ack else "nack_frames")
         ch = self.channels.get((conn, channel))
-        if ch is None or not ch.outstanding:
-            t.unknown_tag += 1
+        if ch is None:
+            # a capture that starts after confirm.select: the publish numbering is unknown, so
+            # these acks cannot be matched (and are not the peer's mistake)
+            t.select_not_seen += 1
+            return
+        if not ch.outstanding:
+            if not (multiple and tag == 0):
+                t.unknown_tag += 1
             return
         if multiple:
             # outstanding is in seq order, so settled ones are a prefix; tag 0 means all of them
@@ -211,6 +218,7 @@ class ConfirmLedger:
             "nack_frames": t.nack_frames,
             "nack_multiple": t.nack_multiple,
             "unknown_tag": t.unknown_tag,
+            "select_not_seen": t.select_not_seen,
             "outstanding": self.unconfirmed_total - t.lost_at_close,
             "lost_at_close": t.lost_at_close,
             "return_codes": {str(k): v for k, v in sorted(self.return_codes.items())},

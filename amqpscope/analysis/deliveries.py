@@ -98,6 +98,8 @@ class _TxAck:
 @dataclass(slots=True)
 class _Channel:
     outstanding: dict[int, _Delivery] = field(default_factory=dict)
+    opened: bool = False  # channel.open is in the capture (else it started mid-channel)
+    first_tag: int = 0  # the first delivery tag seen on the channel
     max_tag: int = 0
     in_flight: int = 0  # outstanding consumer deliveries (basic.get is not limited by prefetch)
     prefetch: int = 0  # global_=0: the limit given to consumers started from now on
@@ -134,6 +136,7 @@ class DeliveryTotals:
     wrong_channel: int = 0
     recovered: int = 0  # unacked deliveries voided (requeued) by basic.recover
     rolled_back: int = 0  # acks undone by tx.rollback
+    before_capture: int = 0  # settles of deliveries made before a mid-channel capture started
     released_at_close: int = 0
     server_cancels: int = 0
     over_prefetch: int = 0
@@ -221,6 +224,8 @@ class DeliveryLedger:
         if method in ("channel.close-ok", "channel.open"):
             self._release(conn, channel, "released: channel closed", ev.ts)
             self.channels.pop((conn, channel), None)
+            if method == "channel.open":
+                self._ch(conn, channel).opened = True
 
     @staticmethod
     def _consumer(ch: _Channel, tag: str, no_ack: bool) -> None:
@@ -234,6 +239,8 @@ class DeliveryLedger:
         t.delivered += 1
         t.redelivered += redelivered
         ch.max_tag = max(ch.max_tag, tag)
+        if not ch.first_tag:
+            ch.first_tag = tag
         self._count(conn, channel, "delivered")
         if redelivered:
             self._count(conn, channel, "redelivered")
@@ -392,6 +399,11 @@ class DeliveryLedger:
 
     def _bad(self, ev: Frame, conn: int, channel: int, ch: _Channel, method: str, tag: int, multiple: bool) -> None:
         t = self.totals
+        if not ch.opened and tag and (not ch.first_tag or tag < ch.first_tag):
+            # the channel was open before the capture: the tag was delivered before it too
+            t.before_capture += 1
+            self._count(conn, channel, "before_capture")
+            return
         elsewhere = None
         if tag:
             elsewhere = next((c for (_, c) in self.channels.keys_of(conn)
@@ -491,7 +503,8 @@ class DeliveryLedger:
             "redelivered": t.redelivered, "ack_frames": t.ack_frames, "ack_multiple": t.ack_multiple,
             "nack_frames": t.nack_frames, "nack_multiple": t.nack_multiple, "reject_frames": t.reject_frames,
             "unknown_tag": t.unknown_tag, "double_ack": t.double_ack, "wrong_channel": t.wrong_channel,
-            "recovered": t.recovered, "rolled_back": t.rolled_back, "released_at_close": t.released_at_close,
+            "recovered": t.recovered, "rolled_back": t.rolled_back, "before_capture": t.before_capture,
+            "released_at_close": t.released_at_close,
             "server_cancels": t.server_cancels, "over_prefetch": t.over_prefetch,
             "outstanding": self.unacked_total - t.released_at_close,
             "unacked_by_consumer": dict(sorted(self.unacked_by_consumer.items())),

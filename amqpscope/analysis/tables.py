@@ -110,7 +110,7 @@ def render(report: dict[str, Any], console: Console) -> None:
                                                    f"({c['returned_then_acked']})"),
         ("ack frames (multiple) / nack frames (multiple)",
          f"{c['ack_frames']} ({c['ack_multiple']}) / {c['nack_frames']} ({c['nack_multiple']})"),
-        ("unknown tags", c["unknown_tag"]), ("unconfirmed at end / lost at close", f"{c['outstanding']} / {c['lost_at_close']}"),
+        ("unknown tags / acks before confirm.select was seen", f"{c['unknown_tag']} / {c['select_not_seen']}"), ("unconfirmed at end / lost at close", f"{c['outstanding']} / {c['lost_at_close']}"),
         ("publish → confirm", _lat(c["latency_ms"]))]))  # fmt: skip
     if c["unconfirmed"]:
         console.print(_listing("Unconfirmed publishes", c["unconfirmed"], [
@@ -127,6 +127,7 @@ def render(report: dict[str, Any], console: Console) -> None:
         ("unknown tag / double ack / wrong channel", f"{d['unknown_tag']} / {d['double_ack']} / {d['wrong_channel']}"),
         ("voided by recover / rolled back / released at close",
          f"{d['recovered']} / {d['rolled_back']} / {d['released_at_close']}"),
+        ("settles of deliveries made before the capture", d["before_capture"]),
         ("unacked at end", d["outstanding"]), ("max in flight (over prefetch)", f"{d['max_in_flight']} ({d['over_prefetch']})"),
         ("server-initiated cancels", d["server_cancels"]), ("deliver → ack", _lat(d["latency_ms"]))]))  # fmt: skip
     if d["consumers"]:
