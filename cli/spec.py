@@ -34,7 +34,7 @@ def spec_to_json(spec: Spec) -> dict[str, Any]:
                 "responses": list(m.responses), "chassis": [ch.name for ch in m.chassis],
                 "fields": [_field(f) for f in m.fields],
                 "rules": [{"name": r.name, "on_failure": r.on_failure} for r in m.rules],
-            }  # fmt: skip
+            }
             for m in c.methods
         ]
         classes.append({"name": c.name, "id": c.index, "chassis": [ch.name for ch in c.chassis], "methods": methods,
@@ -62,6 +62,8 @@ def spec(spec: str | None, fmt: str) -> None:
             click.echo(json.dumps(spec_to_json(model), indent=2))
             return 0
         console = Console()
+        if not console.is_terminal:
+            console = Console(width=400)  # piped: keep each method on one row instead of wrapping at 80 columns
         table = Table(title=f"AMQP {model.version} ({model.source})")
         for col in ("class.method", "ids", "sync", "content", "responses", "sent by", "fields"):
             table.add_column(col)

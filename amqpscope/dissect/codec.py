@@ -14,13 +14,16 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, NamedTuple
 
-from .compiler import SHIPPED, compile_module, spec_digest
+from .compiler import SHIPPED, compile_module, flag_decoder, spec_digest
 from .spec import DEFAULT_SPEC, Method, Spec, bundled_spec_path, load_spec
 from .values import Truncated
 from .wire import FRAME_BODY, FRAME_HEADER, FRAME_METHOD, encode_frame
 
 _IDS = struct.Struct(">HH")
-_HEADER = struct.Struct(">HHQH")
+_IDS_UNPACK = _IDS.unpack_from
+_HEADER_UNPACK = struct.Struct(">HHQH").unpack_from
+MAX_FLAG_DECODERS = 4096  # distinct (class, flag word) decoders compiled; hostile input cannot grow it further
+_new = tuple.__new__  # builds a NamedTuple without the Python-level __new__ on the hot path
 _U16 = struct.Struct(">H")
 _DECODE_ERRORS = (Truncated, IndexError, struct.error, ValueError, OverflowError)
 
@@ -63,9 +66,12 @@ class Codec:
         self._penc: dict[int, Any] = dict(module.PROPERTY_ENCODERS)
         self._nprops = {c.index: len(c.properties) for c in spec.classes}
         # flag bits the first flag word may set without a problem (plus the continuation bit)
-        self._allowed = {
-            c.index: sum(1 << (15 - b) for b in range(min(15, len(c.properties)))) | 1 for c in spec.classes
-        }
+        allowed = {c.index: sum(1 << (15 - b) for b in range(min(15, len(c.properties)))) | 1 for c in spec.classes}
+        # the decode path in plain tuples: (decoder, name, Method) and (decoder, flag bits no property owns)
+        self._fast_methods = {k: (e.decode, e.name, e.method) for k, e in self._entries.items()}
+        self._fast_props = {c: (d, 0xFFFF & ~allowed.get(c, 0xFFFF)) for c, d in self._pdec.items()}
+        self._props_of = {c.index: c.properties for c in spec.classes}
+        self._by_flags: dict[int, Any] = {}  # (class id << 16 | flag word) -> compiled decoder
 
     # --- decoding -------------------------------------------------------------------------------
 
@@ -74,26 +80,49 @@ class Codec:
         return entry.method if entry else None
 
     def decode_method(self, payload: bytes) -> DecodedMethod:
-        if len(payload) < 4:
+        try:
+            class_id, method_id = _IDS_UNPACK(payload, 0)
+        except struct.error:
             return DecodedMethod(-1, -1, "?", None, {}, f"method payload of {len(payload)} bytes has no class and method id")
-        class_id, method_id = _IDS.unpack_from(payload, 0)
-        entry = self._entries.get((class_id << 16) | method_id)
+        entry = self._fast_methods.get((class_id << 16) | method_id)
         if entry is None:
             return DecodedMethod(class_id, method_id, f"{class_id}.{method_id}", None, {}, f"unknown method {class_id}/{method_id}")
+        decode, name, method = entry
         try:
-            args, end = entry.decode(payload, 4)
+            args, end = decode(payload, 4)
         except _DECODE_ERRORS as exc:
-            return DecodedMethod(class_id, method_id, entry.name, entry.method, {}, f"truncated arguments ({_why(exc)})")
+            return DecodedMethod(class_id, method_id, name, method, {}, f"truncated arguments ({_why(exc)})")
+        if end == len(payload):
+            return _new(DecodedMethod, (class_id, method_id, name, method, args, None))
         if end > len(payload):
-            return DecodedMethod(class_id, method_id, entry.name, entry.method, args, "arguments run past the end of the frame")
-        if end < len(payload):
-            return DecodedMethod(class_id, method_id, entry.name, entry.method, args, f"{len(payload) - end} trailing bytes")
-        return DecodedMethod(class_id, method_id, entry.name, entry.method, args, None)
+            return DecodedMethod(class_id, method_id, name, method, args, "arguments run past the end of the frame")
+        return DecodedMethod(class_id, method_id, name, method, args, f"{len(payload) - end} trailing bytes")
 
     def decode_header(self, payload: bytes) -> DecodedHeader:
-        if len(payload) < 14:
+        try:
+            class_id, weight, body_size, word = _HEADER_UNPACK(payload, 0)
+        except struct.error:
             return DecodedHeader(-1, 0, 0, {}, f"content header of {len(payload)} bytes is too short")
-        class_id, weight, body_size, word = _HEADER.unpack_from(payload, 0)
+        if not word & 1:  # one flag word, the common case: a decoder compiled for exactly these flags
+            decode = self._by_flags.get((class_id << 16) | word) or self._flag_decoder(class_id, word)
+            if decode is not None:
+                try:
+                    props, end = decode(payload, 14)
+                except _DECODE_ERRORS as exc:
+                    return DecodedHeader(class_id, weight, body_size, {}, f"truncated properties ({_why(exc)})")
+                if end == len(payload):
+                    return _new(DecodedHeader, (class_id, weight, body_size, props, None))
+        return self._decode_header_slow(payload, class_id, weight, body_size, word)
+
+    def _flag_decoder(self, class_id: int, word: int) -> Any:
+        """Compile (once) the decoder for one flag word; None when the slow path must judge it."""
+        fast = self._fast_props.get(class_id)
+        if fast is None or word & fast[1] or len(self._by_flags) >= MAX_FLAG_DECODERS:
+            return None
+        decode = self._by_flags[(class_id << 16) | word] = flag_decoder(self._props_of[class_id], word)
+        return decode
+
+    def _decode_header_slow(self, payload: bytes, class_id: int, weight: int, body_size: int, word: int) -> DecodedHeader:
         words, off = [word], 14
         try:
             while words[-1] & 1:  # continuation bit: another flag word follows
@@ -105,8 +134,7 @@ class Codec:
         if decode is None:
             problem = None if words == [0] else f"no content properties are defined for class {class_id}"
             return DecodedHeader(class_id, weight, body_size, {}, problem)
-        allowed = self._allowed.get(class_id, 0xFFFF)
-        problem = None if (len(words) == 1 and not words[0] & ~allowed) else _unknown_flags(words, self._nprops[class_id])
+        problem = _unknown_flags(words, self._nprops[class_id])
         try:
             props, end = decode(payload, off, words)
         except _DECODE_ERRORS as exc:
@@ -122,10 +150,7 @@ class Codec:
     # --- encoding -------------------------------------------------------------------------------
 
     def _entry(self, name: str | tuple[int, int]) -> _Entry:
-        if isinstance(name, tuple):
-            entry = self._entries.get((name[0] << 16) | name[1])
-        else:
-            entry = self._by_name.get(name)
+        entry = self._entries.get((name[0] << 16) | name[1]) if isinstance(name, tuple) else self._by_name.get(name)
         if entry is None:
             raise KeyError(f"no method {name!r} in spec {self.spec.version}")
         return entry

@@ -314,6 +314,7 @@ class _Builder:
                 return resolved[name]
             node = raw[name]
             base = self.attr(node, "type")
+            inherited: tuple[Assert, ...]
             if base in PRIMITIVE_TYPES:
                 typ, inherited = base, ()
             elif base in raw and base not in seen:

@@ -12,10 +12,10 @@ pending bytes; ``FrameStream.accounting`` holds the totals.
 
 from __future__ import annotations
 
+import struct
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-import struct
 from typing import NamedTuple
 
 from .wire import (
@@ -292,7 +292,7 @@ class FrameStream:
                 p, t = packet, ts_ns
             else:
                 p, t = self._where(self._base + end + 1)
-            append(FrameItem(ftype, channel, buf[off + 7 : end], p, t, resync))
+            append(_new(FrameItem, (ftype, channel, buf[off + 7 : end], p, t, resync)))
             frames += 1
             off = end + 1
         self.accounting.frame_bytes += off - start
@@ -371,6 +371,7 @@ class FrameStream:
 
 
 _HDR = struct.Struct(">BHI")
+_new = tuple.__new__  # a NamedTuple without its Python-level __new__: this is the per-frame hot path
 _TYPES = frozenset((FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT))
 
 

@@ -44,6 +44,8 @@ _u64 = struct.Struct(">Q")
 _f32 = struct.Struct(">f")
 _f64 = struct.Struct(">d")
 _dec = struct.Struct(">Bi")
+_u32_unpack = _u32.unpack_from
+_i32_unpack = _i32.unpack_from
 
 
 def text(raw: bytes) -> str | bytes:
@@ -56,7 +58,7 @@ def text(raw: bytes) -> str | bytes:
 
 def decode_table(buf: bytes, off: int, depth: int = 0) -> tuple[dict[str, Any], int]:
     """Decode a field table at ``off``; returns the table and the offset after it."""
-    (size,) = _u32.unpack_from(buf, off)
+    (size,) = _u32_unpack(buf, off)
     off += 4
     end = off + size
     if end > len(buf):
@@ -65,31 +67,69 @@ def decode_table(buf: bytes, off: int, depth: int = 0) -> tuple[dict[str, Any], 
 
 
 def _table_body(buf: bytes, off: int, end: int, depth: int) -> dict[str, Any]:
+    # The hot path of every content header with headers: the common value types are decoded inline
+    # (no call per value); the rest go through _DECODERS. Any read past the table's end stops the
+    # table with a Problem entry and keeps what came before.
     table: dict[str, Any] = {}
     if depth >= MAX_DEPTH:
         table["<problem>"] = Problem(f"nesting deeper than {MAX_DEPTH}")
         return table
-    while off < end:
-        if len(table) >= MAX_ENTRIES:
-            table["<problem>"] = Problem(f"more than {MAX_ENTRIES} entries")
-            break
-        try:
-            klen = buf[off]
-            key_raw = buf[off + 1 : off + 1 + klen]
-            off += 1 + klen
+    value: Any
+    # every entry takes at least 2 bytes (key length, type code): small tables need no entry count
+    counted = end - off > 2 * MAX_ENTRIES
+    try:
+        while off < end:
+            if counted and len(table) >= MAX_ENTRIES:
+                table["<problem>"] = Problem(f"more than {MAX_ENTRIES} entries")
+                break
+            kstart = off + 1
+            off = kstart + buf[off]
             if off >= end:
                 raise Truncated("key without value")
-            key = text(key_raw)
-            skey = key if isinstance(key, str) else key.decode("latin-1")
-            value, off = _value(buf, off, end, depth)
-        except (Truncated, IndexError, struct.error) as exc:
-            table["<problem>"] = Problem(f"truncated table entry: {exc}" if str(exc) else "truncated table entry")
-            break
-        if isinstance(value, Problem):
-            table[skey] = value
-            break
-        table[skey] = value
+            raw = buf[kstart:off]
+            try:
+                key = raw.decode()
+            except UnicodeDecodeError:
+                key = raw.decode("latin-1")  # keys stay str, so every output format can write them
+            code = buf[off]
+            off += 1
+            if code == 83:  # S
+                (n,) = _u32_unpack(buf, off)
+                off += 4
+                stop = off + n
+                if stop > end:
+                    raise Truncated(f"long string of {n} bytes runs past its table")
+                value = buf[off:stop]
+                off = stop
+                try:  # noqa: SIM105 - not contextlib.suppress: this is the hot path
+                    value = value.decode()
+                except UnicodeDecodeError:
+                    pass  # kept as the bytes seen
+            elif code == 73:  # I
+                (value,) = _i32_unpack(buf, off)
+                off += 4
+                if off > end:
+                    raise Truncated("value of type 'I' runs past its table")
+            elif code == 116:  # t
+                if off >= end:
+                    raise Truncated("value of type 't' runs past its table")
+                value = buf[off] != 0
+                off += 1
+            else:
+                handler = _DECODERS.get(code)
+                if handler is None:
+                    table[key] = Problem(f"unknown field type {chr(code)!r} (0x{code:02x})")
+                    break
+                value, off = handler(buf, off, end, depth)
+                if off > end:
+                    raise Truncated(f"value of type {chr(code)!r} runs past its table")
+            table[key] = value
+    except (Truncated, IndexError, struct.error) as exc:
+        table["<problem>"] = Problem(f"truncated table entry: {exc}" if str(exc) else "truncated table entry")
     return table
+
+
+table_body = _table_body  # the generated decoders frame the table themselves and call this
 
 
 def _value(buf: bytes, off: int, end: int, depth: int) -> tuple[Any, int]:
@@ -168,14 +208,18 @@ def _array(buf: bytes, off: int, end: int, depth: int) -> tuple[Any, int]:
     items: list[Any] = []
     if depth + 1 >= MAX_DEPTH:
         return [Problem(f"nesting deeper than {MAX_DEPTH}")], stop
-    while off < stop:
-        if len(items) >= MAX_ENTRIES:
-            items.append(Problem(f"more than {MAX_ENTRIES} entries"))
-            break
-        value, off = _value(buf, off, stop, depth + 1)
-        items.append(value)
-        if isinstance(value, Problem):
-            break
+    try:
+        while off < stop:
+            if len(items) >= MAX_ENTRIES:
+                items.append(Problem(f"more than {MAX_ENTRIES} entries"))
+                break
+            value, off = _value(buf, off, stop, depth + 1)
+            items.append(value)
+            if isinstance(value, Problem):
+                break
+    except (Truncated, IndexError, struct.error) as exc:
+        # the array's own length is sound, so the table goes on after it
+        items.append(Problem(f"truncated array element: {exc}" if str(exc) else "truncated array element"))
     return items, stop
 
 
@@ -234,16 +278,15 @@ def encode_value(value: Any) -> bytes:
     if isinstance(value, float):
         return b"d" + _f64.pack(value)
     if isinstance(value, Decimal):
-        sign, digits, exp = value.as_tuple()
+        exp = value.as_tuple().exponent
         scale = -int(exp) if isinstance(exp, int) and exp < 0 else 0
-        raw = int(value.scaleb(scale))
-        return b"D" + _dec.pack(scale, raw)
+        return b"D" + _dec.pack(scale, int(value.scaleb(scale)))
     if isinstance(value, str):
-        raw = value.encode()
-        return b"S" + _u32.pack(len(raw)) + raw
+        data = value.encode()
+        return b"S" + _u32.pack(len(data)) + data
     if isinstance(value, (bytes, bytearray, memoryview)):
-        raw = bytes(value)
-        return b"x" + _u32.pack(len(raw)) + raw
+        data = bytes(value)
+        return b"x" + _u32.pack(len(data)) + data
     if isinstance(value, dict):
         return b"F" + encode_table(value)
     if isinstance(value, (list, tuple)):

@@ -21,6 +21,8 @@ HEADER_SIZE = 7
 DEFAULT_MAX_FRAME = 128 * 1024 * 1024 + 4096
 
 _HDR = struct.Struct(">BHI")
+_HDR_UNPACK = _HDR.unpack_from
+_new = tuple.__new__  # a NamedTuple without its Python-level __new__ (per-frame hot path)
 _U32 = struct.Struct(">I")
 
 
@@ -43,15 +45,19 @@ def decode_frame(buf: bytes, off: int = 0, max_size: int = DEFAULT_MAX_FRAME) ->
     """Decode the frame that starts at ``off`` in ``buf``."""
     if len(buf) - off < HEADER_SIZE:
         return NeedMore(HEADER_SIZE + 1)
-    ftype, channel, size = _HDR.unpack_from(buf, off)
+    ftype, channel, size = _HDR_UNPACK(buf, off)
     if size > max_size:
+        if buf[off : off + 4] == b"AMQP":  # its "size" is always over 1.3 GB: say what it is instead
+            got = protocol_header(buf, off)
+            version = got if isinstance(got, str) else "?, cut short"
+            return Malformed(f"protocol header (AMQP {version}) where a frame was expected")
         return Malformed(f"declared frame size {size} exceeds the limit of {max_size}")
     end = off + HEADER_SIZE + size
     if end >= len(buf):
         return NeedMore(HEADER_SIZE + size + 1)
     if buf[end] != FRAME_END:
         return Malformed(f"frame-end octet is 0x{buf[end]:02x}, not 0xce")
-    return RawFrame(ftype, channel, bytes(buf[off + HEADER_SIZE : end]), end + 1)
+    return _new(RawFrame, (ftype, channel, bytes(buf[off + HEADER_SIZE : end]), end + 1))
 
 
 def encode_frame(ftype: int, channel: int, payload: bytes) -> bytes:
