@@ -9,13 +9,23 @@ unless the caller asks to show them.
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Iterable
+import dataclasses
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from hashlib import sha256
 from typing import Any
 
 from .dissect.codec import Codec
-from .dissect.stream import FrameItem, FrameStream, StreamAccounting, GapItem, HeaderItem, MalformedItem, ResyncItem, StreamItem
+from .dissect.stream import (
+    FrameItem,
+    FrameStream,
+    GapItem,
+    HeaderItem,
+    MalformedItem,
+    ResyncItem,
+    StreamAccounting,
+    StreamItem,
+)
 from .dissect.values import _table_body
 from .dissect.wire import DEFAULT_MAX_FRAME, FRAME_BODY, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_METHOD, FRAME_TYPE_NAMES
 from .events import C2S, S2C, Connection, Event, Frame, Gap, Malformed, Message, ProtocolHeader, Resync
@@ -189,10 +199,11 @@ class Conn:
             out.append(self._open_event())
             out += self.pending
             self.pending = []
+        frame = self._frame
         for item in items:
             t = type(item)
             if t is FrameItem:
-                out += self._frame(d, item)  # type: ignore[arg-type]
+                frame(d, item, out)  # type: ignore[arg-type]
             elif t is HeaderItem:
                 self.version = self.version or item.version  # type: ignore[union-attr]
                 out.append(ProtocolHeader(packet=item.packet, ts=item.ts_ns / 1e9, conn=self.id, dir=d,
@@ -211,31 +222,18 @@ class Conn:
             return []
         return out
 
-    def _frame(self, d: str, item: FrameItem) -> list[Event]:
+    def _frame(self, d: str, item: FrameItem, out: list[Event]) -> None:
+        """Append the frame's event (and a message it completes) to ``out``. The per-frame hot path:
+        events are built with positional constructors, body frames are tested first (most frames
+        of a busy capture are bodies), and method/header payloads seen before reuse their decode."""
         ftype, channel, payload, packet, ts_ns, resync = item
         ts = ts_ns / 1e9
-        if ftype == FRAME_METHOD:
-            class_id, method_id, name, method, args, problem = self._decode_method(payload)
-            if method is not None and class_id == 10:
-                args = self._negotiation(name, args, d)
-            ev = Frame(packet=packet, ts=ts, conn=self.id, dir=d, channel=channel, type="method",
-                       size=len(payload), class_id=class_id, method_id=method_id, method=name,
-                       args=args, resync=resync, problem=problem)  # fmt: skip
-            if method is None or not method.content:
-                return [ev]
-            out: list[Event] = [ev]
-            key = (d, channel)
-            prev = self.contents.pop(key, None)
-            if prev is not None:
-                out.append(self._message(d, channel, prev, packet, ts_ns, complete=False))
-            self.contents[key] = _Content(name, args, packet)
-            return out
         if ftype == FRAME_BODY:
-            ev = Frame(packet=packet, ts=ts, conn=self.id, dir=d, channel=channel, type="body",
-                       size=len(payload), resync=resync, payload=payload)  # fmt: skip
+            out.append(_new_frame(packet, ts, self.id, d, channel, "body", len(payload), None, None, None, None, None,
+                                  None, resync, None, payload))  # fmt: skip
             content = self.contents.get((d, channel))
             if content is None or content.properties is None:
-                return [ev]
+                return
             content.frames += 1
             content.received += len(payload)
             content.sha.update(payload)
@@ -243,35 +241,62 @@ class Conn:
                 content.chunks.append(payload)
             if content.received >= content.body_size:
                 del self.contents[(d, channel)]
-                return [ev, self._message(d, channel, content, packet, ts_ns, complete=True)]
-            return [ev]
+                out.append(self._message(d, channel, content, packet, ts_ns, complete=True))
+            return
+        if ftype == FRAME_METHOD:
+            cache = self.sess.method_cache
+            hit = cache.get(payload) if len(payload) <= _CACHED_PAYLOAD else None
+            if hit is None:
+                hit = self._decode_method(payload)
+                # connection.* arguments carry credentials and negotiation: never shared or cached
+                if hit[3] is not None and hit[0] != 10 and len(payload) <= _CACHED_PAYLOAD:
+                    if len(cache) >= _CACHE_ENTRIES:
+                        cache.clear()
+                    cache[payload] = hit
+            class_id, method_id, name, method, args, problem = hit
+            if method is not None and class_id == 10:
+                args = self._negotiation(name, args, d)
+            out.append(_new_frame(packet, ts, self.id, d, channel, "method", len(payload), class_id, method_id, name,
+                                  args, None, None, resync, problem, None))  # fmt: skip
+            if method is None or not method.content:
+                return
+            key = (d, channel)
+            prev = self.contents.pop(key, None)
+            if prev is not None:
+                out.append(self._message(d, channel, prev, packet, ts_ns, complete=False))
+            self.contents[key] = _Content(name, args, packet)
+            return
         if ftype == FRAME_HEADER:
-            class_id, _weight, body_size, props, problem = self._decode_header(payload)
-            ev = Frame(packet=packet, ts=ts, conn=self.id, dir=d, channel=channel, type="header",
-                       size=len(payload), class_id=class_id, body_size=body_size,
-                       properties=props, resync=resync, problem=problem)  # fmt: skip
+            cache = self.sess.header_cache
+            hit = cache.get(payload)
+            if hit is None:
+                hit = self._decode_header(payload)
+                if len(cache) >= _CACHE_ENTRIES:
+                    cache.clear()
+                cache[payload] = hit
+            class_id, _weight, body_size, props, problem = hit
+            out.append(_new_frame(packet, ts, self.id, d, channel, "header", len(payload), class_id, None, None, None,
+                                  body_size, props, resync, problem, None))  # fmt: skip
             content = self.contents.get((d, channel))
             if content is None or content.properties is not None:
-                return [ev]
+                return
             content.properties = props
             content.body_size = body_size
             content.frames += 1
-            content.sha = hashlib.sha256()
+            content.sha = sha256()
             if body_size == 0:
                 del self.contents[(d, channel)]
-                return [ev, self._message(d, channel, content, packet, ts_ns, complete=True)]
-            return [ev]
+                out.append(self._message(d, channel, content, packet, ts_ns, complete=True))
+            return
         name = "heartbeat" if ftype == FRAME_HEARTBEAT else FRAME_TYPE_NAMES.get(ftype, f"unknown-{ftype}")
-        return [Frame(packet=packet, ts=ts, conn=self.id, dir=d, channel=channel, type=name,
-                      size=len(payload), resync=resync)]  # fmt: skip
+        out.append(_new_frame(packet, ts, self.id, d, channel, name, len(payload), None, None, None, None, None, None,
+                              resync, None, None))  # fmt: skip
 
     def _message(self, d: str, channel: int, c: _Content, packet: int, ts_ns: int, complete: bool) -> Message:
         body = b"".join(c.chunks) if c.chunks else (b"" if c.properties is not None else None)
-        return Message(packet=packet, ts=ts_ns / 1e9, conn=self.id, dir=d, channel=channel, method=c.method,
-                       args=c.args, properties=c.properties or {}, body_size=c.body_size,
-                       body_received=c.received, complete=complete and c.received == c.body_size,
-                       first_packet=c.first_packet, frames=c.frames,
-                       body_sha256=c.sha.hexdigest() if c.sha is not None else None, body=body)  # fmt: skip
+        return _new_message(packet, ts_ns / 1e9, self.id, d, channel, c.method, c.args, c.properties or {},
+                            c.body_size, c.received, complete and c.received == c.body_size, c.first_packet,
+                            c.frames, c.sha.hexdigest() if c.sha is not None else None, body)  # fmt: skip
 
     # --- connection-level state -----------------------------------------------------------------
 
@@ -333,6 +358,39 @@ class Conn:
         )  # fmt: skip
 
 
+def _positional(cls: type, names: tuple[str, ...]) -> Callable[..., Any]:
+    """A positional constructor for a frozen slotted event class: the fields ``names`` in that order,
+    every other field its default. It skips ``type.__call__`` and keyword parsing, which cost more
+    than setting the slots; the instances are ordinary (frozen) instances of ``cls``."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = set(names) - set(fields)
+    if unknown:
+        raise TypeError(f"{cls.__name__} has no fields {sorted(unknown)}")
+    ns: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
+    lines = []
+    for i, (name, f) in enumerate(fields.items()):
+        owner = next(k for k in cls.__mro__ if name in k.__dict__)
+        ns[f"s{i}"] = owner.__dict__[name].__set__
+        if name in names:
+            lines.append(f"    s{i}(o, {name})")
+        elif f.default is not dataclasses.MISSING:
+            ns[f"d{i}"] = f.default
+            lines.append(f"    s{i}(o, d{i})")
+        else:
+            raise TypeError(f"{cls.__name__}.{name} has no default and is not set")
+    exec(f"def make({', '.join(names)}):\n    o = _new(_cls)\n" + "\n".join(lines) + "\n    return o\n", ns)
+    return ns["make"]  # type: ignore[no-any-return]
+
+
+_new_frame = _positional(Frame, ("packet", "ts", "conn", "dir", "channel", "type", "size", "class_id", "method_id",
+                                 "method", "args", "body_size", "properties", "resync", "problem", "payload"))  # fmt: skip
+_new_message = _positional(Message, ("packet", "ts", "conn", "dir", "channel", "method", "args", "properties",
+                                     "body_size", "body_received", "complete", "first_packet", "frames", "body_sha256",
+                                     "body"))  # fmt: skip
+_CACHED_PAYLOAD = 256  # method payloads up to this size are looked up before decoding
+_CACHE_ENTRIES = 4096  # per cache; cleared when full (deliveries differ by tag and would only churn)
+
+
 def _s(v: Any) -> str | None:
     if v is None:
         return None
@@ -353,7 +411,7 @@ def parse_credentials(mechanism: str | None, response: Any) -> tuple[str | None,
     if mechanism == "AMQPLAIN":
         try:
             table = _table_body(bytes(raw), 0, len(raw), 0)
-        except Exception:  # noqa: BLE001 - a hostile response must not stop the decode
+        except Exception:
             return None, None
         user, password = table.get("LOGIN"), table.get("PASSWORD")
         return (user if isinstance(user, str) else None), (password if isinstance(password, str) else None)
@@ -376,6 +434,11 @@ class Session:
         self.options = options or Options()
         self.conns: dict[int, Conn] = {}
         self._closed = StreamAccounting()
+        # decoded method and header payloads by their bytes: a busy capture repeats the same publish
+        # and the same properties thousands of times. The dicts in them are shared between events,
+        # which is why event args and properties are read-only by contract.
+        self.method_cache: dict[bytes, Any] = {}
+        self.header_cache: dict[bytes, Any] = {}
 
     def accounting(self) -> StreamAccounting:
         """Byte accounting summed over every AMQP stream, closed or still open."""

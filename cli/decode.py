@@ -43,8 +43,10 @@ class _Progress:
 
     def wrap(self, events: Iterator[Event], position: Any) -> Iterator[Event]:
         if not self.enabled:
-            yield from events
-            return
+            return events  # no generator layer in between: this loop runs once per event
+        return self._wrap(events, position)
+
+    def _wrap(self, events: Iterator[Event], position: Any) -> Iterator[Event]:
         total = sum(_size(f) for f in self.files)
         task = None
         for i, ev in enumerate(events):
@@ -97,13 +99,14 @@ def decode(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], sho
             writer.body = "preview"
         capture = CaptureRun(files, codec, options_from(ports, show_credentials, keep_bodies=writer.body != "none"))
         capture.max_packets = count
-        progress = _Progress(files, enabled=not no_progress and not isinstance(writer, JsonlWriter) or False)
+        progress = _Progress(files, enabled=(not no_progress and not isinstance(writer, JsonlWriter)) or False)
         try:
             stages = () if no_validate else (Validator(codec.spec).stage,)
+            body_mode, write = writer.body, writer.write
             for ev in progress.wrap(capture.events(stages), capture.position):
-                rec = record(ev, writer.body)
+                rec = ev.to_record() if body_mode == "none" else record(ev, body_mode)
                 if predicate is None or predicate(rec):
-                    writer.write(ev, rec)
+                    write(ev, rec)
             if stats:
                 for _path, st in capture.stats:
                     ev = st.accounting_event()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TextIO, cast
 
 from rich.console import Console
 from rich.markup import escape
@@ -19,7 +19,7 @@ _SEVERITY = {"violation": "bold red", "deviation": "yellow", "warning": "yellow"
 
 class ConsoleWriter(Writer):
     def __init__(self, console: Console, body: str = "preview", verbose: bool = False) -> None:
-        super().__init__(console.file, body)
+        super().__init__(cast(TextIO, console.file), body)
         self.console = console
         self.verbose = verbose
 

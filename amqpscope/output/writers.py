@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from ..events import Event
-from .records import dumpb, dumps, record
+from .records import dumpb_line, dumps, record
 from .summary import summary
 
 CSV_COLUMNS = ("kind", "packet", "ts", "conn", "dir", "channel", "type", "class_id", "method_id", "method",
@@ -28,25 +28,40 @@ class Writer:
 
 
 class JsonlWriter(Writer):
+    """One JSON object per line. Lines are collected and written in batches: one write per record
+    cost as much as encoding it."""
+
+    BATCH = 512
+
     def __init__(self, out: TextIO, body: str = "none", flush_each: bool = False) -> None:
         super().__init__(out, body)
+        self._lines: list[bytes] = []
+        self.flush_each = flush_each
         buffer = getattr(out, "buffer", None)
         if buffer is not None:
             out.flush()
-            self._write = lambda rec: buffer.write(dumpb(rec) + b"\n")
-            self._flush = buffer.flush
+            self._sink = buffer.write
+            self._flush_out = buffer.flush
         else:  # a text stream without bytes underneath (tests, StringIO)
-            self._write = lambda rec: out.write(dumps(rec) + "\n")
-            self._flush = out.flush
-        self.flush_each = flush_each
+            self._sink = lambda data: out.write(data.decode())
+            self._flush_out = out.flush
 
     def write(self, ev: Event, rec: dict[str, Any]) -> None:
-        self._write(rec)
-        if self.flush_each:
-            self._flush()
+        lines = self._lines
+        lines.append(dumpb_line(rec))
+        if self.flush_each or len(lines) >= self.BATCH:
+            self._drain()
+            if self.flush_each:
+                self._flush_out()
+
+    def _drain(self) -> None:
+        if self._lines:
+            self._sink(b"".join(self._lines))
+            self._lines = []
 
     def close(self) -> None:
-        self._flush()
+        self._drain()
+        self._flush_out()
 
 
 class JsonWriter(Writer):
