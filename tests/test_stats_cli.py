@@ -138,3 +138,28 @@ def test_truncated_capture_reports_what_was_decoded(captures_dir: Path, tmp_path
     r = json.loads(out)
     assert 0 < r["methods"]["basic.publish"] < 320
     assert r["confirms"]["outstanding"] >= 0 and r["heartbeats"]["verdicts"] == {"open at end of capture": 1}
+
+
+def test_s10_blocked_period(captures_dir: Path) -> None:
+    b = _json(str(captures_dir / "s10_pika_blocked.pcap"))["blocked"]
+    # README: one connection.blocked (memory alarm) and one connection.unblocked
+    assert b["periods"] == 1
+    (p,) = b["list"]
+    assert (p["kind"], p["reason"], p["publishes_during"]) == ("connection.blocked", "low on memory", 0)
+    assert p["end"] is not None and p["duration_s"] == b["seconds"]["connection.blocked"] > 0
+
+
+def test_channel_flow_period_still_open_at_the_end() -> None:
+    from amqpscope.events import S2C
+
+    from .analysis_events import Script
+
+    s = Script()
+    s.handshake()
+    s.method(S2C, "channel.flow", 1, 0, 1_100.0, active=False)
+    s.c("basic.publish", exchange="", routing_key="q")
+    s.c("channel.flow-ok", active=False)
+    s.c("basic.publish", exchange="", routing_key="q", ts=1_102.0)
+    b = s.report()["blocked"]
+    (p,) = b["list"]
+    assert (p["kind"], p["end"], p["publishes_during"], p["duration_s"]) == ("channel.flow (server)", None, 2, 2.0)

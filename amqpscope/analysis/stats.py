@@ -22,6 +22,8 @@ from .confirms import METHODS as CONFIRM_METHODS
 from .confirms import ConfirmLedger
 from .deliveries import METHODS as DELIVERY_METHODS
 from .deliveries import DeliveryLedger
+from .flowcontrol import METHODS as FLOW_METHODS
+from .flowcontrol import FlowControl
 from .heartbeats import HeartbeatAnalyzer
 from .percentiles import TimeSeries
 from .rpc import RpcPairing
@@ -90,6 +92,7 @@ class Analyzer:
         self.tracer = Tracer()
         self.audit = SecurityAudit()
         self.channels = ChannelTable()
+        self.flow = FlowControl()
         self.methods: dict[str, int] = {}
         self.frame_types: dict[str, int] = {}
         self.findings: dict[str, int] = {}
@@ -182,6 +185,8 @@ class Analyzer:
             self.confirms.feed_frame(ev, conn)
         if method in DELIVERY_METHODS:
             self.deliveries.feed(ev, conn)
+        if method in FLOW_METHODS and (self.flow.open or method != "basic.publish"):
+            self.flow.feed(ev, conn)
         args = ev.args or {}
         if method == "basic.publish":
             self.exchanges.add(str(args.get("exchange", "")) or "(default)")
@@ -216,6 +221,7 @@ class Analyzer:
         self.confirms.connection_ended(conn, at_eof)
         self.deliveries.connection_ended(conn, ev.ts, at_eof)
         self.channels.connection_ended(conn, ev.ts, at_eof)
+        self.flow.connection_ended(conn, ev.ts)
         self.heartbeats.connection_ended(ev, conn)
         self.audit.connection_ended(ev, conn)
         self.connections_total += 1
@@ -232,6 +238,7 @@ class Analyzer:
         self.confirms.finish()
         self.deliveries.finish(end)
         self.channels.finish(end)
+        self.flow.finish(end)
         self.tracer.finish()
 
     @property
@@ -271,6 +278,7 @@ class Analyzer:
             "rpc_unanswered_total": rpc["unanswered_total"],
             "rpc_unexpected_replies": rpc["unexpected_replies"],
             "heartbeats": self.heartbeats.result(),
+            "blocked": self.flow.result(),
             "tracing": self.tracer.result(),
             "security": self.audit.result(),
             "findings": dict(sorted(self.findings.items())),

@@ -158,6 +158,12 @@ def render(report: dict[str, Any], console: Console) -> None:
         ("max_silence_s2c", "max silence s→c"), ("idle_before_end_c2s", "idle at end c→s"),
         ("idle_before_end_s2c", "idle at end s→c"), ("verdict", "verdict")]))  # fmt: skip
 
+    b = report.get("blocked") or {}
+    if b.get("list"):
+        console.print(_listing(f"Blocked and flow-stopped periods ({_v(b['seconds'])} s)", b["list"], [
+            ("conn", "conn"), ("channel", "ch"), ("kind", "kind"), ("reason", "reason"),
+            ("duration_s", "seconds"), ("publishes_during", "publishes meanwhile")], b["periods"]))  # fmt: skip
+
     tr = report["tracing"]
     m, rpc = tr["messages"], tr["rpc"]
     console.print(_kv("Tracing", [
