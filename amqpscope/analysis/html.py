@@ -28,6 +28,7 @@ body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em;color:#2
 h1{font-size:1.5em}h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #ccc}h3{font-size:1em}
 table{border-collapse:collapse;margin:.5em 0;font-size:.85em}
 td,th{border:1px solid #ddd;padding:2px 6px;text-align:left;vertical-align:top}
+td{white-space:nowrap;max-width:36em;overflow:hidden;text-overflow:ellipsis}
 th{background:#f4f4f4}td.n{text-align:right;font-variant-numeric:tabular-nums}.muted{color:#777}
 svg{background:#fff;border:1px solid #eee;margin:.4em 0;display:block}
 .cards{display:flex;flex-wrap:wrap;gap:.6em}.card{border:1px solid #ddd;border-radius:4px;padding:.4em .8em}
@@ -58,7 +59,7 @@ def _cell(v: Any) -> str:
     if v is None:
         return "<span class=muted>-</span>"
     if isinstance(v, float):
-        return esc(f"{v:.6g}")
+        return esc(f"{v:.6f}" if 0 < abs(v) < 1e-3 else f"{v:.6g}")
     return esc(str(v))
 
 
@@ -80,7 +81,8 @@ def table(rows: list[dict[str, Any]], columns: list[str] | None = None, limit: i
         for c in cols:
             v = r.get(c)
             num = isinstance(v, (int, float)) and not isinstance(v, bool)
-            tds.append(f"<td{' class=n' if num else ''}>{_cell(v)}</td>")
+            tip = f' title="{esc(v)}"' if isinstance(v, str) and len(v) > 40 else ""  # cut to fit; whole on hover
+            tds.append(f"<td{' class=n' if num else ''}{tip}>{_cell(v)}</td>")
         body.append("<tr>" + "".join(tds) + "</tr>")
     hidden = (total if total is not None else len(rows)) - min(len(rows), limit)
     more = f"<p class=muted>{hidden} more rows not shown</p>" if hidden > 0 else ""
@@ -256,6 +258,13 @@ CONN_COLUMNS = ["conn", "client", "server", "client_product", "client_version", 
                 "close_by", "close_text", "ended", "frames_c2s", "frames_s2c", "bytes_c2s", "bytes_s2c"]  # fmt: skip
 
 
+HB_COLUMNS = ["conn", "verdict", "ended", "close_by", "close_ok", "proposed", "negotiated", "heartbeats_c2s",
+              "heartbeats_s2c", "max_silence_c2s", "max_silence_s2c", "idle_before_end_c2s", "idle_before_end_s2c",
+              "missed", "closed_for_missed", "client", "server"]  # fmt: skip
+AUDIT_COLUMNS = ["conn", "user", "password", "vhost", "mechanism", "outcome", "issues", "client_product",
+                 "client_version", "client_platform", "server_product", "server_version", "client", "server"]  # fmt: skip
+
+
 def render_html(a: Analyzer, report: dict[str, Any], title: str) -> str:
     conf, dlv, tr, hb, sec = (report[k] for k in ("confirms", "deliveries", "tracing", "heartbeats", "security"))
     cap = report["capture"]
@@ -312,7 +321,7 @@ def render_html(a: Analyzer, report: dict[str, Any], title: str) -> str:
         table(dlv["bad_acks"]),
         "<h2>Heartbeats and connection ends</h2>",
         kv(hb),
-        table(hb["connections"]),
+        table(hb["connections"], HB_COLUMNS),
         "<h2>Blocked connections and channel flow</h2>",
         kv(report["blocked"]),
         table(_rel(report, report["blocked"]["list"], "start", "end")),
@@ -325,7 +334,7 @@ def render_html(a: Analyzer, report: dict[str, Any], title: str) -> str:
         table(_rel(report, tr["rpc"]["unanswered_list"], "ts")),
         "<h2>Security audit</h2>",
         kv(sec),
-        table(sec["connections"]),
+        table(sec["connections"], AUDIT_COLUMNS),
         "<h2>Findings</h2>",
         table([{"rule": k, "count": v} for k, v in report["findings"].items()]),
         kv(report.get("findings_by_severity", {})) if report.get("findings_by_severity") else "",
