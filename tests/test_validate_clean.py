@@ -88,6 +88,21 @@ def test_frames_in_flight_after_a_close_are_legal() -> None:
     _clean(cap)
 
 
+def test_refusals_that_break_no_client_rule() -> None:
+    """The server refusing a passive declare (404), a permission (403) or an inequivalent redeclare
+    (406) applies its own rules: the client broke none."""
+    cap = Capture()
+    c = _ready(cap)
+    for args, code in (({"queue": "missing", "passive": True}, 404), ({"queue": "forbidden"}, 403),
+                       ({"queue": "q", "arguments": {"x-max-length": 20}}, 406)):  # fmt: skip
+        c.client(1, "queue.declare", **args)
+        c.server(1, "channel.close", reply_code=code, reply_text="refused", class_id=50, method_id=10)
+        c.client(1, "channel.close-ok")
+        c.open_channel(1)
+    c.close()
+    _clean(cap)
+
+
 def test_consumer_life() -> None:
     cap = Capture()
     c = _ready(cap, channels=(1, 2))

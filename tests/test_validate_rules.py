@@ -698,6 +698,26 @@ def publish_to_missing_exchange(cap: Capture) -> tuple[str, int, str]:
 
 
 @case
+def bind_to_missing_exchange(cap: Capture) -> tuple[str, int, str]:
+    c = _ready(cap)
+    p = c.client(1, "queue.bind", queue="q", exchange="nope", routing_key="k")
+    c.server(1, "channel.close", reply_code=404, reply_text="NOT_FOUND - no exchange 'nope' in vhost '/'",
+             class_id=50, method_id=20)  # fmt: skip
+    c.client(1, "channel.close-ok")
+    return "queue.bind.exchange.exchange-existence", p, "violation"
+
+
+@case
+def delete_missing_exchange(cap: Capture) -> tuple[str, int, str]:
+    # the spec's server answers 404 (RabbitMQ deletes idempotently and never does)
+    c = _ready(cap)
+    p = c.client(1, "exchange.delete", exchange="gone")
+    c.server(1, "channel.close", reply_code=404, reply_text="NOT_FOUND", class_id=40, method_id=20)
+    c.client(1, "channel.close-ok")
+    return "exchange.delete.exchange.exists", p, "violation"
+
+
+@case
 def exclusive_queue_from_other_connection(cap: Capture) -> tuple[str, int, str]:
     a = _ready(cap)
     a.client(1, "queue.declare", queue="mine", exclusive=True)

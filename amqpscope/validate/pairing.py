@@ -82,5 +82,5 @@ class Pairing:
                     out.append(cat.finding(ev, "sync.pipelined", WARNING,
                                            f"{name} sent before {head.method} (packet {head.packet}) was answered",
                                            packets=(head.packet, ev.packet)))
-            fifo.append(Pending(name, replies, ev.packet, optional))
+            fifo.append(Pending(name, replies, ev.packet, optional, ev.args))
         return claimed

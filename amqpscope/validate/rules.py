@@ -6,8 +6,9 @@ Rule ids come from the spec (``<scope>.<rule name>``) so they are stable across 
 
 from __future__ import annotations
 
+import re
 from collections import deque
-from typing import Any
+from typing import Any, NamedTuple
 
 from amqpscope.dissect.spec import Spec
 from amqpscope.events import Finding, Frame
@@ -483,6 +484,66 @@ def suspects(cat: Catalogue, world: World, ch: ChanState, ev: Frame, name: str, 
                                severity=VIOLATION, code=want, message=message, packets=(packet, ev.packet),
                                peer_reaction=f"server sent channel.close {code} at packet {ev.packet}: {verdict}"))
         ch.suspects.clear()
+
+
+# --- client rules the server's refusal proves ----------------------------------------------------------
+
+# A rule the client must keep ("The client MUST NOT attempt to bind a queue that does not exist")
+# as opposed to one the server keeps ("The server MUST NOT delete a queue that has consumers").
+_CLIENT_RULE = re.compile(r"\b(client|peer)\b[^.]*\b(MUST|MAY NOT)\b", re.IGNORECASE)
+# access-refused is left out: RabbitMQ refuses what a user's permissions forbid with 403 as well
+_CONFIRMABLE = ("not-found", "resource-locked", "precondition-failed")
+
+
+class Refusal(NamedTuple):
+    rule: str
+    field: str | None  # identifier of the field the rule is about
+    name: str  # the rule's name
+    text: str
+
+
+def refusal_rules(spec: Spec) -> dict[tuple[str, int], tuple[Refusal, ...]]:
+    """(request, reply code) -> the client rules of that request whose on-failure is that code."""
+    out: dict[tuple[str, int], list[Refusal]] = {}
+    for m in spec.methods():
+        located = [(r, None) for r in m.rules] + [(r, f) for f in m.fields for r in f.rules]
+        for r, f in located:
+            if r.on_failure not in _CONFIRMABLE or not _CLIENT_RULE.search(r.text):
+                continue
+            code = spec.constant(r.on_failure)
+            if code is None:
+                continue
+            rid = f"{r.scope}.{r.name}".replace(" ", "-")
+            first = r.text.split(". ")[0].rstrip(".")
+            out.setdefault((m.full_name, code), []).append(Refusal(rid, f.ident if f else None, r.name, first))
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def refused(cs: ConnState, ch: ChanState, refusals: dict[tuple[str, int], tuple[Refusal, ...]], ev: Frame,
+            args: dict[str, Any], out: list[Finding]) -> None:  # fmt: skip
+    """The server closes the channel instead of answering the oldest outstanding request: when the
+    code is the on-failure of one of that request's client rules, the close proves the client broke
+    it (a queue.bind of a queue that does not exist, answered with 404)."""
+    head = ch.pending[C2S][0] if ch.pending[C2S] else None
+    code = args.get("reply_code")
+    if head is None or not isinstance(code, int) or head.packet in cs.flagged:
+        return  # nothing outstanding, or already reported from what the capture showed
+    candidates = refusals.get((head.method, code))
+    if not candidates:
+        return
+    hargs = head.args or {}
+    text = str(args.get("reply_text") or "")
+    quoted = [c for c in candidates if c.field and hargs.get(c.field) and f"'{hargs.get(c.field)}'" in text]
+    pool = quoted or list(candidates)
+    # an empty queue name means the channel's last declared queue: then "queue-known" is the rule
+    pool.sort(key=lambda c: (c.name == "queue-known") == bool(c.field and hargs.get(c.field)))
+    rule = pool[0]
+    value = hargs.get(rule.field) if rule.field else None
+    what = f" {rule.field.replace('_', '-')} {value!r}" if rule.field else ""
+    out.append(Finding(packet=head.packet, ts=ev.ts, conn=ev.conn, dir=C2S, channel=ev.channel, rule=rule.rule,
+                       severity=VIOLATION, code=code, message=f"{head.method}{what} refused with {code}: {rule.text}",
+                       packets=(head.packet, ev.packet),
+                       peer_reaction=f"server sent channel.close {code} at packet {ev.packet}: matches"))  # fmt: skip
 
 
 # --- exclusive queues across connections -------------------------------------------------------------

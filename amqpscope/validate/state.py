@@ -19,6 +19,7 @@ class Pending:
     replies: frozenset[str]
     packet: int
     optional: bool = False  # the reply may never come (server-sent basic.cancel)
+    args: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -89,6 +90,7 @@ class ConnState:
     content_unsure: bool = False  # a gap lost content state: stray header/body frames are not flagged
     content_fresh: set[tuple[str, int]] = field(default_factory=set)  # (dir, ch) with a method since the gap
     held: list[Held] = field(default_factory=list)
+    flagged: set[int] = field(default_factory=set)  # packets a violation was reported for
 
     def __post_init__(self) -> None:
         self.run = Run(self.conn_auto) if self.conn_auto is not None else None

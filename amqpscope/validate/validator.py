@@ -80,6 +80,7 @@ class Validator:
         self.reserved = {m.full_name: tuple((f.ident, f.name) for f in m.fields if f.reserved)
                          for m in spec.methods() if any(f.reserved for f in m.fields)}  # fmt: skip
         self.synchronous = self.pairing.replies | frozenset(self.pairing.requests)
+        self.refusals = rules.refusal_rules(spec)
         # name -> (carries content, has fields, directions allowed to send it)
         self.info = {m.full_name: (m.content, bool(m.fields), self.pairing.senders.get(m.full_name) or frozenset())
                      for m in spec.methods()}  # fmt: skip
@@ -426,6 +427,8 @@ class _Checker:
             ch.close_packet = ev.packet
             if complete:
                 rules.close_codes(self.cat, v.spec, ev, name, args, out)
+                if ev.dir == S2C:
+                    rules.refused(cs, ch, v.refusals, ev, args, out)
         claimed = v.pairing.check(self.cat, ch, ev, name, out) if name in v.synchronous else False
         if ch.run is not None:
             term = (ev.dir or C2S, name)
@@ -480,6 +483,10 @@ class _Checker:
         if cs.held and ev is not None:
             out = self._react(cs, ev)
         for f in new:
+            if f.severity == VIOLATION:
+                if len(cs.flagged) > 65536:
+                    cs.flagged.clear()
+                cs.flagged.add(f.packet)
             if f.peer_reaction is None and f.dir in _PEER:
                 reacts = f.code is not None and f.severity == VIOLATION
                 if reacts or not stateless(f.rule):
