@@ -127,3 +127,15 @@ def test_report_of_nothing_readable_writes_nothing(tmp_path: Path) -> None:
     out = tmp_path / "r.html"
     code, _, err = _run("report", str(junk), "-o", str(out))
     assert code == 4 and not out.exists() and err.count("\n") == 1
+
+
+def test_error_replies_stand_out(captures_dir: Path) -> None:
+    path = captures_dir / "s09_pika_errors.pcap"
+    codes = [ev.args["reply_code"] for ev in amqpscope.read(path)
+             if ev.kind == "frame" and ev.conn == 0 and ev.method in ("channel.close", "connection.close", "basic.return")
+             and ev.args["reply_code"] not in (0, 200)]  # fmt: skip
+    assert sorted(codes) == [312, 404, 404, 406, 406]  # missing queue, redeclare, missing exchange, return, tag 999
+    ladder = build(amqpscope.read(path), conn=0)
+    assert ladder is not None
+    assert sum(s.alert for s in ladder.steps) == len(codes)
+    assert to_mermaid(ladder).count("⚠") == len(codes)

@@ -17,6 +17,11 @@ from ..output.summary import args_summary
 # start-ok's response holds the credentials (redacted by the decoder unless asked for); a
 # picture never needs them
 _HIDE = {"connection.start-ok": ("mechanism", "locale")}
+_CODED = frozenset({"connection.close", "channel.close", "basic.return"})
+
+
+def _alert(ev: Frame) -> bool:
+    return ev.method in _CODED and (ev.args or {}).get("reply_code") not in (0, 200, None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +31,7 @@ class Step:
     dir: str  # c2s | s2c | "" for notes (gaps, resyncs)
     channel: int
     label: str
+    alert: bool = False  # an error reply (a close or return with a code other than 0/200)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,10 +81,10 @@ def build(events: Iterable[Event], conn: int | None = None, limit: int = 2000,
                 i = last_content.get((ev.dir or "", ch))
                 if i is not None and i < len(steps):
                     s = steps[i]
-                    steps[i] = Step(s.ts, s.packet, s.dir, s.channel, f"{s.label} [{ev.body_size} B]")
+                    steps[i] = Step(s.ts, s.packet, s.dir, s.channel, f"{s.label} [{ev.body_size} B]", s.alert)
                 continue
             if ev.type in ("method", "heartbeat"):
-                step = Step(ev.ts, ev.packet, ev.dir or C2S, ch, _label(ev))
+                step = Step(ev.ts, ev.packet, ev.dir or C2S, ch, _label(ev), _alert(ev))
                 if ev.method in ("basic.publish", "basic.deliver", "basic.get-ok", "basic.return"):
                     last_content[(ev.dir or "", ch)] = len(steps)
         elif isinstance(ev, (Gap, Malformed, Resync)):
@@ -102,7 +108,8 @@ def to_text(ladder: Ladder, width: int = 100) -> str:
              f"{'time (s)':>10} {'ch':>3}  {'client':<{span // 2}}{'server':>{span - span // 2}}"]  # fmt: skip
     for s in ladder.steps:
         t = f"{s.ts - ladder.start:10.6f} {s.channel:>3}  "
-        label = s.label if len(s.label) <= span - 6 else s.label[: span - 7] + "…"
+        text = f"!! {s.label}" if s.alert else s.label
+        label = text if len(text) <= span - 6 else text[: span - 7] + "…"
         if not s.dir:
             lines.append(t + f"{'~~ ' + label + ' ~~':^{span}}")
             continue
@@ -126,7 +133,8 @@ def to_mermaid(ladder: Ladder) -> str:
     out = ["sequenceDiagram", f"    participant C as Client {_mermaid_text(ladder.client)}",
            f"    participant S as Server {_mermaid_text(ladder.server)}"]  # fmt: skip
     for s in ladder.steps:
-        text = _mermaid_text(f"+{s.ts - ladder.start:.6f}s ch{s.channel} {s.label}")
+        mark = "⚠ " if s.alert else ""
+        text = _mermaid_text(f"+{s.ts - ladder.start:.6f}s ch{s.channel} {mark}{s.label}")
         if not s.dir:
             out.append(f"    Note over C,S: {text}")
         else:
@@ -162,11 +170,12 @@ def to_svg(ladder: Ladder, row: int = 22, width: int = 1000) -> str:
             parts.append(f'<text x="{mid}" y="{y + 4}" text-anchor="middle" fill="#b00">~ {esc(s.label)} ~</text>')
             continue
         x1, x2 = (left, right) if s.dir == C2S else (right, left)
-        colour = "#2a6" if s.label == "heartbeat" else ("#06c" if s.dir == C2S else "#c60")
+        colour = "#2a6" if s.label == "heartbeat" else "#c00" if s.alert else ("#06c" if s.dir == C2S else "#c60")
         dash = ' stroke-dasharray="4 3"' if s.label == "heartbeat" else ""
         parts.append(f'<line x1="{x1}" y1="{y + 6}" x2="{x2}" y2="{y + 6}" stroke="{colour}"{dash} '
                      'marker-end="url(#arr)"/>')  # fmt: skip
-        parts.append(f'<text x="{mid}" y="{y + 2}" text-anchor="middle" fill="{colour}">{esc(s.label)}</text>')
+        weight = ' font-weight="bold"' if s.alert else ""
+        parts.append(f'<text x="{mid}" y="{y + 2}" text-anchor="middle" fill="{colour}"{weight}>{esc(s.label)}</text>')
     if ladder.truncated:
         parts.append(f'<text x="{left}" y="{height - 4}">truncated after {len(ladder.steps)} steps</text>')
     parts.append("</svg>")
