@@ -106,7 +106,12 @@ def read(
 
 
 class EventStream:
-    """An iterable of the events of one capture, pleasant in a notebook."""
+    """The events of one capture, pleasant in a notebook. Iterating decodes the file again each time
+    (nothing is held in memory), so it works for captures of any size.
+
+    ``records()`` gives plain dicts (the JSONL records), optionally only some kinds and only those a
+    display filter (the ``-Y`` syntax of ``amqpscope decode``) keeps; ``to_pandas()`` a DataFrame of them.
+    """
 
     def __init__(self, path: str | Path, spec: str | Path | None, ports: frozenset[int], show: bool) -> None:
         self.path = path
@@ -116,13 +121,27 @@ class EventStream:
     def __iter__(self) -> Iterator[Event]:
         return decode_packets(read_packets(self.path), self.codec, self.options)
 
-    def records(self, kinds: Iterable[str] | None = None) -> Iterator[dict[str, Any]]:
+    def __repr__(self) -> str:
+        return f"<amqpscope.EventStream {str(self.path)!r} ports={sorted(self.options.ports)}>"
+
+    def records(
+        self, kinds: Iterable[str] | None = None, where: str | None = None, body: str = "none"
+    ) -> Iterator[dict[str, Any]]:
+        """Records of the events of ``kinds`` (all when None) that the filter ``where`` keeps;
+        ``body`` (none | preview | full) adds message bodies as text or hex."""
+        from .filter import compile_filter  # the filter language is only needed here
+        from .output.records import record
+
         wanted = set(kinds) if kinds else None
+        keep = compile_filter(where)
         for ev in self:
             if wanted is None or ev.kind in wanted:
-                yield ev.to_record()
+                rec = record(ev, body)
+                if keep is None or keep(rec):
+                    yield rec
 
-    def to_pandas(self, kinds: Iterable[str] | None = ("frame",)) -> Any:
+    def to_pandas(self, kinds: Iterable[str] | None = ("frame",), where: str | None = None, body: str = "none") -> Any:
+        """A DataFrame with one row per record (default: frames only); columns are the record keys."""
         import pandas as pd  # optional: only notebooks need it
 
-        return pd.DataFrame.from_records(list(self.records(kinds)))
+        return pd.DataFrame.from_records(list(self.records(kinds, where, body)))
