@@ -658,6 +658,28 @@ def close_names_no_method(cap: Capture) -> tuple[str, int, str]:
 
 
 @case
+def cancel_notification_not_announced(cap: Capture) -> tuple[str, int, str]:
+    c = cap.connection()
+    c.handshake(capabilities={})
+    c.open_channel(1)
+    c.client(1, "basic.consume", queue="q", consumer_tag="t")
+    c.server(1, "basic.consume-ok", consumer_tag="t")
+    p = c.server(1, "basic.cancel", consumer_tag="t")
+    return "capability.not-announced", p, "warning"
+
+
+@case
+def heartbeat_silence(cap: Capture) -> tuple[str, int, str]:
+    c = _ready(cap, heartbeat=1)
+    c.heartbeat(False)
+    for _ in range(3):  # the client keeps talking; the server says nothing for 3 s (two intervals: 2 s)
+        cap.ts_ns += 1_000_000_000
+        c.heartbeat(True)
+    p = c.heartbeat(False)
+    return "heartbeat.silence", p, "warning"
+
+
+@case
 def publish_immediate(cap: Capture) -> tuple[str, int, str]:
     c = _ready(cap)
     c.client(1, "basic.publish", routing_key="q", immediate=True)

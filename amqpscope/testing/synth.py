@@ -30,6 +30,9 @@ from amqpscope.pipeline import decode_packets
 from amqpscope.session import Options
 
 STEP_NS = 1_000_000
+# what pika announces in start-ok's client-properties
+CAPABILITIES = ("authentication_failure_close", "basic.nack", "connection.blocked", "consumer_cancel_notify",
+                "publisher_confirms")  # fmt: skip
 
 
 class Capture:
@@ -122,14 +125,16 @@ class SynthConn:
         return self.send(True, encode_protocol_header(version or self.codec.spec.version))
 
     def handshake(self, frame_max: int = 131072, channel_max: int = 2047, heartbeat: int = 0,
-                  client_frame_max: int | None = None) -> int:  # fmt: skip
+                  client_frame_max: int | None = None, capabilities: dict[str, bool] | None = None) -> int:  # fmt: skip
         """Protocol header through open-ok; returns the packet of open-ok."""
         self.frame_max = client_frame_max or frame_max
+        if capabilities is None:
+            capabilities = dict.fromkeys(CAPABILITIES, True)
         self.protocol_header()
         self.server(0, "connection.start", version_major=0, version_minor=9,
                     server_properties={"product": "synth"}, mechanisms="PLAIN", locales="en_US")  # fmt: skip
-        self.client(0, "connection.start-ok", client_properties={"product": "synth"}, mechanism="PLAIN",
-                    response="\x00guest\x00guest", locale="en_US")  # fmt: skip
+        self.client(0, "connection.start-ok", client_properties={"product": "synth", "capabilities": capabilities},
+                    mechanism="PLAIN", response="\x00guest\x00guest", locale="en_US")  # fmt: skip
         self.server(0, "connection.tune", channel_max=channel_max, frame_max=frame_max, heartbeat=heartbeat)
         self.client(0, "connection.tune-ok", channel_max=channel_max, frame_max=self.frame_max, heartbeat=heartbeat)
         self.client(0, "connection.open", virtual_host="/")

@@ -64,6 +64,8 @@ OWN_RULES: dict[str, tuple[str | None, str]] = {
     "rabbitmq.not-implemented": ("not-implemented", "RabbitMQ answers 540 to this"),
     "channel.flow-ok.active": (None, "flow-ok confirms the active value of the flow it answers"),
     "field.reserved": (None, "reserved fields are zero or empty"),
+    "capability.not-announced": (None, "RabbitMQ extension methods only to clients that announced the capability"),
+    "heartbeat.silence": (None, "a peer is never silent for two negotiated heartbeat intervals"),
 }
 
 

@@ -109,6 +109,9 @@ def negotiation(cat: Catalogue, spec: Spec, cs: ConnState, ev: Frame, name: str,
         if cs.locales is not None and loc and loc not in cs.locales:
             out.append(cat.finding(ev, "connection.start-ok.locale.validity", VIOLATION,
                                    f"locale {loc!r} is not one of {cs.locales}"))
+        props = args.get("client_properties")
+        caps = props.get("capabilities") if isinstance(props, dict) else None
+        cs.capabilities = {str(k) for k, v in caps.items() if v is True} if isinstance(caps, dict) else set()
     elif name == "connection.tune":
         for k, v in args.items():
             cs.ctx[f"tune.{k.replace('_', '-')}"] = v
@@ -122,6 +125,7 @@ def negotiation(cat: Catalogue, spec: Spec, cs: ConnState, ev: Frame, name: str,
             out.append(cat.finding(ev, "connection.tune-ok.frame-max.upper-limit", VIOLATION,
                                    f"frame-max {fm} is more than {offered} offered in tune"))
         cs.tuned = True
+        cs.heartbeat = args.get("heartbeat") or 0
         cs.frame_max = fm or offered
         cs.channel_max = args.get("channel_max") or cs.ctx.get("tune.channel-max") or 0
 
@@ -374,6 +378,21 @@ def _consume_ok(cat: Catalogue, cs: ConnState, ch: ChanState, ev: Frame, args: d
     ch.consumers[tag] = no_ack
     if ch.prefetch:
         ch.limits[tag] = ch.prefetch
+
+
+def capability(cat: Catalogue, cs: ConnState, ev: Frame, name: str, out: list[Finding]) -> None:
+    """RabbitMQ's extensions the server sends only to clients that announced them in start-ok's
+    client-properties capabilities (consumer-cancel notification, blocked connection notification)."""
+    need = _CAPABILITIES.get(name)
+    if need is None or ev.dir != S2C or cs.capabilities is None or need in cs.capabilities:
+        return
+    # not in the spec: a client that did not ask may not understand the method
+    out.append(cat.finding(ev, "capability.not-announced", WARNING,
+                           f"server sent {name}, but the client did not announce the {need!r} capability"))
+
+
+_CAPABILITIES = {"basic.cancel": "consumer_cancel_notify", "connection.blocked": "connection.blocked",
+                 "connection.unblocked": "connection.blocked"}  # fmt: skip
 
 
 def _cancel(cat: Catalogue, cs: ConnState, ch: ChanState, ev: Frame, args: dict[str, Any], nowait: bool,

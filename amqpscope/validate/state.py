@@ -80,6 +80,9 @@ class ConnState:
     frame_max: int = 0
     channel_max: int = 0
     ctx: dict[str, Any] = field(default_factory=dict)  # values asserts compare against ("tune.channel-max")
+    capabilities: set[str] | None = None  # client capabilities announced in start-ok
+    heartbeat: int = 0  # negotiated heartbeat interval (s), from tune-ok
+    last_ts: dict[str, float] = field(default_factory=dict)  # direction -> time of its last frame
     mechanisms: list[str] | None = None
     locales: list[str] | None = None
     closing: str | None = None  # direction of the connection.close sender

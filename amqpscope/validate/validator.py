@@ -48,7 +48,8 @@ STATELESS = frozenset({"frame.end", "frame.malformed", "frame.type", "frame.hear
                        "frame.heartbeat-size", "frame.connection-channel", "frame.channel-zero", "frame.max-size",
                        "frame.undecodable", "method.unknown", "method.direction", "delivery-tag.non-zero",
                        "rabbitmq.not-implemented", "field.reserved", "close.reply-code", "close.method-id",
-                       "protocol.header-version", "protocol.header-reply"})  # fmt: skip
+                       "protocol.header-version", "protocol.header-reply", "heartbeat.silence",
+                       "capability.not-announced"})  # fmt: skip
 
 
 def stateless(rule: str) -> bool:
@@ -140,7 +141,12 @@ class _Checker:
             cs.in_order = p >= cs.high
             if p > cs.high:
                 cs.high = p
-            cs.last_data[ev.dir or C2S] = p
+            d = ev.dir or C2S
+            cs.last_data[d] = p
+            if cs.heartbeat:
+                silence = self._silence(cs, ev, d)  # type: ignore[arg-type]
+                if silence is not None:
+                    return [silence, *self._frame(cs, ev)]  # type: ignore[arg-type]
             return self._frame(cs, ev)  # type: ignore[arg-type]
         if t is ProtocolHeader:
             return self._header(self._conn(ev.conn), ev)  # type: ignore[arg-type]
@@ -208,6 +214,17 @@ class _Checker:
                                        f"{ev.ended}) without answering this channel.close with close-ok",
                                        packets=(ch.close_packet, ev.packet)))  # fmt: skip
         return self._release_all(cs, "the connection ends") + out
+
+    def _silence(self, cs: ConnState, ev: Frame, d: str) -> Finding | None:
+        """Spec §4.2.7: a peer that receives nothing for two heartbeat intervals should close, so a
+        peer with nothing to say sends heartbeats; silence that long means it did not."""
+        last = cs.last_ts.get(d)
+        cs.last_ts[d] = ev.ts
+        if last is None or not cs.trusted or cs.closing is not None or ev.ts - last <= 2 * cs.heartbeat:
+            return None
+        return self.cat.finding(ev, "heartbeat.silence", WARNING,
+                                f"the {_WHO[d]} sent nothing for {ev.ts - last:.1f} s; the negotiated heartbeat "
+                                f"is {cs.heartbeat} s")  # fmt: skip
 
     # --- protocol header --------------------------------------------------------------------------
 
@@ -371,6 +388,7 @@ class _Checker:
             return
         if complete:
             rules.negotiation(self.cat, self.v.spec, cs, ev, name, args, out)
+            rules.capability(self.cat, cs, ev, name, out)
             if name in _CLOSES:
                 rules.close_codes(self.cat, self.v.spec, ev, name, args, out)
         if name == "connection.open-ok":
@@ -442,6 +460,8 @@ class _Checker:
                 claimed = True
         if complete and not claimed:
             rules.functional(self.cat, cs, ch, ev, name, args, nowait, out)
+            if name == "basic.cancel":
+                rules.capability(self.cat, cs, ev, name, out)
             if name in rules.SUSPECT_NAMES and (ch.suspects or ev.dir == C2S):
                 rules.suspects(self.cat, self.world, ch, ev, name, args, out)
             if name in rules.EXCLUSIVE_NAMES:
