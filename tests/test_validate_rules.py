@@ -720,6 +720,28 @@ def publish_to_missing_exchange(cap: Capture) -> tuple[str, int, str]:
 
 
 @case
+def exchange_redeclared_with_other_type(cap: Capture) -> tuple[str, int, str]:
+    c = _ready(cap)
+    c.client(1, "exchange.declare", exchange="ex", type="direct")
+    c.server(1, "exchange.declare-ok")
+    p = c.client(1, "exchange.declare", exchange="ex", type="fanout")
+    c.server(1, "channel.close", reply_code=406, reply_text="PRECONDITION_FAILED - inequivalent arg 'type'",
+             class_id=40, method_id=10)  # fmt: skip
+    c.client(1, "channel.close-ok")
+    return "exchange.declare.type.typed", p, "violation"
+
+
+@case
+def exchange_type_not_supported(cap: Capture) -> tuple[str, int, str]:
+    c = _ready(cap)
+    p = c.client(1, "exchange.declare", exchange="ex", type="weird")
+    c.server(0, "connection.close", reply_code=503, reply_text="COMMAND_INVALID - unknown exchange type 'weird'",
+             class_id=40, method_id=10)  # fmt: skip
+    c.client(0, "connection.close-ok")
+    return "exchange.declare.type.support", p, "violation"
+
+
+@case
 def bind_to_missing_exchange(cap: Capture) -> tuple[str, int, str]:
     c = _ready(cap)
     p = c.client(1, "queue.bind", queue="q", exchange="nope", routing_key="k")

@@ -448,8 +448,9 @@ _HANDLERS: dict[tuple[str, str], Any] = {
 
 _RESERVED = {"exchange.declare": ("exchange", "exchange.declare.exchange.reserved"),
              "queue.declare": ("queue", "queue.declare.queue.reserved")}  # fmt: skip
-SUSPECT_NAMES = frozenset({"exchange.declare", "queue.declare", "basic.publish", "exchange.declare-ok",
-                           "queue.declare-ok", "channel.close"})  # fmt: skip
+SUSPECT_NAMES = frozenset({"exchange.declare", "exchange.delete", "queue.declare", "basic.publish",
+                           "exchange.declare-ok", "queue.declare-ok", "channel.close"})  # fmt: skip
+_STANDARD_TYPES = frozenset({"direct", "fanout", "topic", "headers"})
 _STANDARD_EXCHANGES = frozenset({"", "amq.direct", "amq.fanout", "amq.topic", "amq.headers", "amq.match"})
 MAX_SUSPECTS = 16
 
@@ -472,7 +473,22 @@ def suspects(cat: Catalogue, world: World, ch: ChanState, ev: Frame, name: str, 
                 ch.suspects.append((what[1], ev.packet, f"{name} of {value!r}, a name reserved for standard "
                                                         f"{what[0]}s, without passive"))
         if name == "exchange.declare":
-            world.exchanges.add(str(args.get("exchange") or ""))
+            ex, kind = str(args.get("exchange") or ""), str(args.get("type") or "")
+            world.exchanges.add(ex)
+            known = world.types.get(ex)
+            if args.get("passive"):
+                pass
+            elif known is not None and kind != known:
+                # RabbitMQ answers 406 (inequivalent arg 'type'), the spec 530 (errata §6)
+                out.append(cat.finding(ev, "exchange.declare.type.typed", VIOLATION,
+                                       f"exchange {ex!r} redeclared as {kind!r}; it was declared {known!r}"))
+            elif kind not in _STANDARD_TYPES and not kind.startswith("x-"):
+                ch.suspects.append(("exchange.declare.type.support", ev.packet,
+                                    f"exchange.declare of type {kind!r}, which the server does not support"))
+            if known is None and kind and not args.get("passive") and not args.get("auto_delete"):
+                world.types[ex] = kind  # auto-delete exchanges vanish unseen: their type is not kept
+        elif name == "exchange.delete":
+            world.types.pop(str(args.get("exchange") or ""), None)
         elif name == "basic.publish":
             ex = str(args.get("exchange") or "")
             if ex not in _STANDARD_EXCHANGES and ex not in world.exchanges and len(ch.suspects) < MAX_SUSPECTS:
@@ -482,27 +498,55 @@ def suspects(cat: Catalogue, world: World, ch: ChanState, ev: Frame, name: str, 
     if not ch.suspects:
         return
     if name in ("exchange.declare-ok", "queue.declare-ok"):
+        # the declares answered so far were legal (the name existed, the type is supported): those
+        # older than the oldest request still outstanding (pairing has taken this reply's off)
         prefix = name.removesuffix("-ok") + "."
-        for i, s in enumerate(ch.suspects):
-            if s[0].startswith(prefix):
-                del ch.suspects[i]  # the name existed: the declare was legal
-                break
+        head = ch.pending[C2S][0].packet if ch.pending[C2S] else None
+        ch.suspects = [s for s in ch.suspects if not (s[0].startswith(prefix) and (head is None or s[1] < head))]
     elif name == "channel.close":
         head = ch.pending[C2S][0].packet if ch.pending[C2S] else None
         code = args.get("reply_code")
         text = str(args.get("reply_text") or "")
         confirmed = [s for s in ch.suspects if s[1] == head]
-        if head is None and code == cat.get("basic.publish.exchange.must-exist").code:
+        if not confirmed and head is None and code == cat.get("basic.publish.exchange.must-exist").code:
             publishes = [s for s in ch.suspects if s[0] == "basic.publish.exchange.must-exist"]
             named = [s for s in publishes if s[2].split("'")[1] in text]  # RabbitMQ names the exchange
             confirmed = (named or publishes)[:1]
-        for rid, packet, message in confirmed:
-            want = cat.get(rid).code
-            verdict = "matches" if code == want else f"expected {want}"
-            out.append(Finding(packet=packet, ts=ev.ts, conn=ev.conn, dir=C2S, channel=ev.channel, rule=rid,
-                               severity=VIOLATION, code=want, message=message, packets=(packet, ev.packet),
-                               peer_reaction=f"server sent channel.close {code} at packet {ev.packet}: {verdict}"))
+        _confirm_suspects(cat, ev, "channel.close", code, confirmed, out)
         ch.suspects.clear()
+
+
+def suspects_on_connection_close(cat: Catalogue, cs: ConnState, ev: Frame, args: dict[str, Any],
+                                 out: list[Finding]) -> None:  # fmt: skip
+    """A hard error refusing a request (e.g. an unsupported exchange type, 503): the close names the
+    refused method; the channel whose oldest outstanding request it is, is the one."""
+    ids = (args.get("class_id"), args.get("method_id"))
+    for n, ch in cs.chans.items():
+        head = ch.pending[C2S][0] if ch.pending[C2S] else None
+        if not ch.suspects or head is None or ids != _method_ids(cat, head.method):
+            continue
+        confirmed = [s for s in ch.suspects if s[1] == head.packet]
+        _confirm_suspects(cat, ev, "connection.close", args.get("reply_code"), confirmed, out, channel=n)
+        ch.suspects.clear()
+
+
+def _method_ids(cat: Catalogue, name: str) -> tuple[int, int] | None:
+    try:
+        m = cat.spec.find_method(name)
+    except KeyError:
+        return None
+    return m.class_index, m.index
+
+
+def _confirm_suspects(cat: Catalogue, ev: Frame, close: str, code: Any, confirmed: list[tuple[str, int, str]],
+                      out: list[Finding], channel: int | None = None) -> None:  # fmt: skip
+    for rid, packet, message in confirmed:
+        want = cat.get(rid).code
+        verdict = "matches" if code == want else f"expected {want}"
+        out.append(Finding(packet=packet, ts=ev.ts, conn=ev.conn, dir=C2S,
+                           channel=ev.channel if channel is None else channel, rule=rid, severity=VIOLATION,
+                           code=want, message=message, packets=(packet, ev.packet),
+                           peer_reaction=f"server sent {close} {code} at packet {ev.packet}: {verdict}"))  # fmt: skip
 
 
 # --- client rules the server's refusal proves ----------------------------------------------------------

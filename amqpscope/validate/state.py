@@ -119,11 +119,16 @@ class ConnState:
         self.content_fresh.clear()
 
 
+STANDARD_TYPES = {"amq.direct": "direct", "amq.fanout": "fanout", "amq.topic": "topic", "amq.headers": "headers",
+                  "amq.match": "headers"}  # fmt: skip
+
+
 @dataclass(slots=True)
 class World:
     """What one connection can learn about the broker from the others in the same capture."""
 
     exchanges: set[str] = field(default_factory=set)  # declared somewhere in the capture
+    types: dict[str, str] = field(default_factory=lambda: dict(STANDARD_TYPES))  # exchange -> type, when known
     exclusive: dict[str, int] = field(default_factory=dict)  # exclusive queue name -> owning connection
     declares: dict[tuple[int, int], deque[bool]] = field(default_factory=dict)  # (conn, ch) -> exclusive flags
 

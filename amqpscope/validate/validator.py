@@ -391,6 +391,8 @@ class _Checker:
             rules.capability(self.cat, cs, ev, name, out)
             if name in _CLOSES:
                 rules.close_codes(self.cat, self.v.spec, ev, name, args, out)
+                if ev.dir == S2C:
+                    rules.suspects_on_connection_close(self.cat, cs, ev, args, out)
         if name == "connection.open-ok":
             cs.opened = True
         if cs.run is None:
