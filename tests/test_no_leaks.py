@@ -139,6 +139,47 @@ def test_library_api(path: str) -> None:
     assert b"s3cret" in b"\n".join(dumpb(ev.to_record()) for ev in shown)
 
 
+def _amqplain_capture(path: Path) -> None:
+    """A login with AMQPLAIN (no shared capture has one): the response is a field table without its
+    length prefix holding LOGIN and PASSWORD; also a secure-ok and an update-secret."""
+    from amqpscope.dissect.codec import get_codec
+    from amqpscope.dissect.values import encode_table
+    from amqpscope.pcapwrite import TcpConversation, write_pcap
+
+    codec = get_codec()
+    response = encode_table({"LOGIN": "alice", "PASSWORD": "s3cret"})[4:]
+    conv = TcpConversation()
+    conv.handshake()
+    conv.send(True, b"AMQP\x00\x00\x09\x01")
+    conv.send(False, codec.method_frame(0, "connection.start", version_major=0, version_minor=9,
+                                        server_properties={}, mechanisms="AMQPLAIN PLAIN", locales="en_US"))  # fmt: skip
+    conv.send(True, codec.method_frame(0, "connection.start-ok", client_properties={"product": "t"},
+                                       mechanism="AMQPLAIN", response=response, locale="en_US"))  # fmt: skip
+    conv.send(False, codec.method_frame(0, "connection.secure", challenge="more?"))
+    conv.send(True, codec.method_frame(0, "connection.secure-ok", response="wrong-password"))
+    conv.send(False, codec.method_frame(0, "connection.tune", channel_max=0, frame_max=131072, heartbeat=0))
+    conv.send(True, codec.method_frame(0, "connection.tune-ok", channel_max=0, frame_max=131072, heartbeat=0))
+    conv.send(True, codec.method_frame(0, "connection.open", virtual_host="scope"))
+    conv.send(False, codec.method_frame(0, "connection.open-ok"))
+    conv.send(True, codec.method_frame(0, "connection.update-secret", new_secret="s3cret", reason="rotate"))
+    conv.fin()
+    write_pcap(path, conv.records)
+
+
+@pytest.mark.parametrize("fmt", DECODE_FORMATS, ids=lambda f: " ".join(f))
+def test_amqplain_secure_ok_and_update_secret(fmt: list[str], tmp_path: Path) -> None:
+    path = tmp_path / "amqplain.pcap"
+    _amqplain_capture(path)
+    out = _run(["decode", *fmt, "--body", "full", "--no-progress", str(path)])
+    assert b"alice" in out or fmt[1] in ("table", "csv", "rich")
+    assert leaks(out) == []
+    for cmd in (["stats", "-T", "json"], ["validate", "-T", "jsonl"], ["flow", "-T", "text"]):
+        assert leaks(_run([*cmd, str(path)])) == [], cmd
+    if fmt[1] in ("jsonl", "json"):
+        shown = _run(["decode", "--show-credentials", *fmt, "--no-progress", str(path)])
+        assert b"s3cret" in shown and b"wrong-password" in shown
+
+
 # --- Spark: the Parquet tables of ``batch`` --------------------------------------------------------
 
 
