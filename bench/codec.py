@@ -69,29 +69,33 @@ def ours_stream(codec: Codec, chunks: list[bytes]) -> int:
     stream = FrameStream(lambda c, m: known(c, m) is not None, at_start=False)
     stream._state = 0  # in sync from the first chunk (no protocol header in this workload)
     stream._expect_header = False
-    dm, dh = codec.decode_method, codec.decode_header
+    dm, dh, feed = codec.decode_method, codec.decode_header, stream.feed
+    method, header = FRAME_METHOD, FRAME_HEADER
     n = 0
     for k, chunk in enumerate(chunks):
-        for item in stream.feed(chunk, k, 0):
+        items = feed(chunk, k, 0)
+        n += len(items)
+        for item in items:
             t = item[0]
-            if t == FRAME_METHOD:
+            if t == method:
                 dm(item[2])  # type: ignore[arg-type]
-            elif t == FRAME_HEADER:
+            elif t == header:
                 dh(item[2])  # type: ignore[arg-type]
-            n += 1
     return n
 
 
 def ours_decode_frame(codec: Codec, chunks: list[bytes]) -> int:
-    dm, dh = codec.decode_method, codec.decode_header
+    dm, dh, decode = codec.decode_method, codec.decode_header, decode_frame
+    method, header = FRAME_METHOD, FRAME_HEADER
     n = 0
     for chunk in chunks:
         off, size = 0, len(chunk)
         while off < size:
-            f = decode_frame(chunk, off)
-            if f[0] == FRAME_METHOD:
+            f = decode(chunk, off)
+            t = f[0]
+            if t == method:
                 dm(f[2])  # type: ignore[index]
-            elif f[0] == FRAME_HEADER:
+            elif t == header:
                 dh(f[2])  # type: ignore[index]
             off = f[3]  # type: ignore[index]
             n += 1

@@ -378,6 +378,16 @@ def test_unknown_type_code_inside_an_array() -> None:
     assert table["next"] == 6  # the array's length is sound, so the table goes on
 
 
+def test_truncated_element_inside_an_array_keeps_the_table_going() -> None:
+    """Regression: an array element running past the array's end used to abort the whole table,
+    losing the array and every entry after it, although the array's own length was sound."""
+    data = _table(_entry(b"arr", b"A\x00\x00\x00\x05" + b"b\x07" + b"I\x00\x00"), _entry(b"next", b"b\x06"))
+    table, end = decode_table(data, 0)
+    assert end == len(data)
+    assert table["arr"][0] == 7 and isinstance(table["arr"][1], Problem) and len(table["arr"]) == 2
+    assert table["next"] == 6 and "<problem>" not in table
+
+
 def test_invalid_utf8_is_kept_as_bytes() -> None:
     data = _table(_entry(b"s", b"S\x00\x00\x00\x02\xc3\x28"), _entry(b"k\xff", b"V"))
     table, _ = decode_table(data, 0)

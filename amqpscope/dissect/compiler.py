@@ -88,10 +88,13 @@ def _emit_decode_fields(src: _Source, fields: tuple[Field, ...], indent: int) ->
             names = []
             for code, fs in g.items:
                 names.append(f"b_{fs[0].ident}" if code == "B" and fs[0].type == "bit" else _var(fs[0]))
-            st = src.struct(g.fmt)
-            target = ", ".join(names) + ("," if len(names) == 1 else "")
-            src.add(f"{target} = {st}.unpack_from(p, o)", indent)
-            src.add(f"o += {struct.calcsize(g.fmt)}", indent)
+            if g.fmt == ">B":  # a lone octet (or bit octet): indexing is cheaper than a struct call
+                src.add(f"{names[0]} = p[o]", indent)
+                src.add("o += 1", indent)
+            else:
+                target = ", ".join(names) + ("," if len(names) == 1 else "")
+                src.add(f"{target} = {src.struct(g.fmt)}.unpack_from(p, o)", indent)
+                src.add(f"o += {struct.calcsize(g.fmt)}", indent)
             for _code, fs in g.items:
                 if fs[0].type == "bit":
                     for bit, f in enumerate(fs):

@@ -42,22 +42,23 @@ class Malformed(NamedTuple):
 
 
 def decode_frame(buf: bytes, off: int = 0, max_size: int = DEFAULT_MAX_FRAME) -> NeedMore | RawFrame | Malformed:
-    """Decode the frame that starts at ``off`` in ``buf``."""
-    if len(buf) - off < HEADER_SIZE:
+    """Decode the frame that starts at ``off`` in ``buf``; the payload is a slice of ``buf``."""
+    try:
+        ftype, channel, size = _HDR_UNPACK(buf, off)
+    except struct.error:  # fewer than 7 bytes
         return NeedMore(HEADER_SIZE + 1)
-    ftype, channel, size = _HDR_UNPACK(buf, off)
+    end = off + HEADER_SIZE + size
+    if size <= max_size and end < len(buf) and buf[end] == 0xCE:  # the common case, tested at once
+        return _new(RawFrame, (ftype, channel, buf[off + HEADER_SIZE : end], end + 1))
     if size > max_size:
         if buf[off : off + 4] == b"AMQP":  # its "size" is always over 1.3 GB: say what it is instead
             got = protocol_header(buf, off)
             version = got if isinstance(got, str) else "?, cut short"
             return Malformed(f"protocol header (AMQP {version}) where a frame was expected")
         return Malformed(f"declared frame size {size} exceeds the limit of {max_size}")
-    end = off + HEADER_SIZE + size
     if end >= len(buf):
         return NeedMore(HEADER_SIZE + size + 1)
-    if buf[end] != FRAME_END:
-        return Malformed(f"frame-end octet is 0x{buf[end]:02x}, not 0xce")
-    return _new(RawFrame, (ftype, channel, bytes(buf[off + HEADER_SIZE : end]), end + 1))
+    return Malformed(f"frame-end octet is 0x{buf[end]:02x}, not 0xce")
 
 
 def encode_frame(ftype: int, channel: int, payload: bytes) -> bytes:

@@ -178,7 +178,7 @@ def d_10_40(p, o):
         v_capabilities = v_capabilities.decode()
     except UnicodeDecodeError:
         pass
-    b_insist, = _S2.unpack_from(p, o)
+    b_insist = p[o]
     o += 1
     v_insist = (b_insist & 1) != 0
     return {'virtual_host': v_virtual_host, 'capabilities': v_capabilities, 'insist': v_insist}, o
@@ -308,7 +308,7 @@ def e_20_11(a):
 
 def d_20_20(p, o):
     """channel.flow"""
-    b_active, = _S2.unpack_from(p, o)
+    b_active = p[o]
     o += 1
     v_active = (b_active & 1) != 0
     return {'active': v_active}, o
@@ -322,7 +322,7 @@ def e_20_20(a):
 
 def d_20_21(p, o):
     """channel.flow-ok"""
-    b_active, = _S2.unpack_from(p, o)
+    b_active = p[o]
     o += 1
     v_active = (b_active & 1) != 0
     return {'active': v_active}, o
@@ -425,7 +425,7 @@ def d_30_10(p, o):
         v_realm = v_realm.decode()
     except UnicodeDecodeError:
         pass
-    b_exclusive, = _S2.unpack_from(p, o)
+    b_exclusive = p[o]
     o += 1
     v_exclusive = (b_exclusive & 1) != 0
     v_passive = (b_exclusive & 2) != 0
@@ -473,7 +473,7 @@ def d_40_10(p, o):
         v_type = v_type.decode()
     except UnicodeDecodeError:
         pass
-    b_passive, = _S2.unpack_from(p, o)
+    b_passive = p[o]
     o += 1
     v_passive = (b_passive & 1) != 0
     v_durable = (b_passive & 2) != 0
@@ -519,7 +519,7 @@ def d_40_20(p, o):
         v_exchange = v_exchange.decode()
     except UnicodeDecodeError:
         pass
-    b_if_unused, = _S2.unpack_from(p, o)
+    b_if_unused = p[o]
     o += 1
     v_if_unused = (b_if_unused & 1) != 0
     v_nowait = (b_if_unused & 2) != 0
@@ -555,7 +555,7 @@ def d_50_10(p, o):
         v_queue = v_queue.decode()
     except UnicodeDecodeError:
         pass
-    b_passive, = _S2.unpack_from(p, o)
+    b_passive = p[o]
     o += 1
     v_passive = (b_passive & 1) != 0
     v_durable = (b_passive & 2) != 0
@@ -625,7 +625,7 @@ def d_50_20(p, o):
         v_routing_key = v_routing_key.decode()
     except UnicodeDecodeError:
         pass
-    b_nowait, = _S2.unpack_from(p, o)
+    b_nowait = p[o]
     o += 1
     v_nowait = (b_nowait & 1) != 0
     n = _U32(p, o)[0] + o + 4
@@ -721,7 +721,7 @@ def d_50_30(p, o):
         v_queue = v_queue.decode()
     except UnicodeDecodeError:
         pass
-    b_nowait, = _S2.unpack_from(p, o)
+    b_nowait = p[o]
     o += 1
     v_nowait = (b_nowait & 1) != 0
     return {'ticket': v_ticket, 'queue': v_queue, 'nowait': v_nowait}, o
@@ -759,7 +759,7 @@ def d_50_40(p, o):
         v_queue = v_queue.decode()
     except UnicodeDecodeError:
         pass
-    b_if_unused, = _S2.unpack_from(p, o)
+    b_if_unused = p[o]
     o += 1
     v_if_unused = (b_if_unused & 1) != 0
     v_if_empty = (b_if_unused & 2) != 0
@@ -830,7 +830,7 @@ def d_60_20(p, o):
         v_consumer_tag = v_consumer_tag.decode()
     except UnicodeDecodeError:
         pass
-    b_no_local, = _S2.unpack_from(p, o)
+    b_no_local = p[o]
     o += 1
     v_no_local = (b_no_local & 1) != 0
     v_no_ack = (b_no_local & 2) != 0
@@ -881,7 +881,7 @@ def d_60_30(p, o):
         v_consumer_tag = v_consumer_tag.decode()
     except UnicodeDecodeError:
         pass
-    b_nowait, = _S2.unpack_from(p, o)
+    b_nowait = p[o]
     o += 1
     v_nowait = (b_nowait & 1) != 0
     return {'consumer_tag': v_consumer_tag, 'nowait': v_nowait}, o
@@ -930,7 +930,7 @@ def d_60_40(p, o):
         v_routing_key = v_routing_key.decode()
     except UnicodeDecodeError:
         pass
-    b_mandatory, = _S2.unpack_from(p, o)
+    b_mandatory = p[o]
     o += 1
     v_mandatory = (b_mandatory & 1) != 0
     v_immediate = (b_mandatory & 2) != 0
@@ -1032,7 +1032,7 @@ def d_60_70(p, o):
         v_queue = v_queue.decode()
     except UnicodeDecodeError:
         pass
-    b_no_ack, = _S2.unpack_from(p, o)
+    b_no_ack = p[o]
     o += 1
     v_no_ack = (b_no_ack & 1) != 0
     return {'ticket': v_ticket, 'queue': v_queue, 'no_ack': v_no_ack}, o
@@ -1127,7 +1127,7 @@ def e_60_90(a):
 
 def d_60_100(p, o):
     """basic.recover"""
-    b_requeue, = _S2.unpack_from(p, o)
+    b_requeue = p[o]
     o += 1
     v_requeue = (b_requeue & 1) != 0
     return {'requeue': v_requeue}, o
@@ -1168,11 +1168,11 @@ def dp_60(p, o, words):
         o = n
         d['headers'] = v_headers
     if w0 & 4096:
-        v_delivery_mode, = _S2.unpack_from(p, o)
+        v_delivery_mode = p[o]
         o += 1
         d['delivery_mode'] = v_delivery_mode
     if w0 & 2048:
-        v_priority, = _S2.unpack_from(p, o)
+        v_priority = p[o]
         o += 1
         d['priority'] = v_priority
     if w0 & 1024:
@@ -1345,7 +1345,7 @@ def d_70_20(p, o):
         v_consumer_tag = v_consumer_tag.decode()
     except UnicodeDecodeError:
         pass
-    b_no_local, = _S2.unpack_from(p, o)
+    b_no_local = p[o]
     o += 1
     v_no_local = (b_no_local & 1) != 0
     v_no_ack = (b_no_local & 2) != 0
@@ -1396,7 +1396,7 @@ def d_70_30(p, o):
         v_consumer_tag = v_consumer_tag.decode()
     except UnicodeDecodeError:
         pass
-    b_nowait, = _S2.unpack_from(p, o)
+    b_nowait = p[o]
     o += 1
     v_nowait = (b_nowait & 1) != 0
     return {'consumer_tag': v_consumer_tag, 'nowait': v_nowait}, o
@@ -1489,7 +1489,7 @@ def d_70_60(p, o):
         v_routing_key = v_routing_key.decode()
     except UnicodeDecodeError:
         pass
-    b_mandatory, = _S2.unpack_from(p, o)
+    b_mandatory = p[o]
     o += 1
     v_mandatory = (b_mandatory & 1) != 0
     v_immediate = (b_mandatory & 2) != 0
@@ -1653,7 +1653,7 @@ def dp_70(p, o, words):
         o = n
         d['headers'] = v_headers
     if w0 & 4096:
-        v_priority, = _S2.unpack_from(p, o)
+        v_priority = p[o]
         o += 1
         d['priority'] = v_priority
     if w0 & 2048:
@@ -1775,7 +1775,7 @@ def d_80_20(p, o):
         v_consumer_tag = v_consumer_tag.decode()
     except UnicodeDecodeError:
         pass
-    b_no_local, = _S2.unpack_from(p, o)
+    b_no_local = p[o]
     o += 1
     v_no_local = (b_no_local & 1) != 0
     v_exclusive = (b_no_local & 2) != 0
@@ -1825,7 +1825,7 @@ def d_80_30(p, o):
         v_consumer_tag = v_consumer_tag.decode()
     except UnicodeDecodeError:
         pass
-    b_nowait, = _S2.unpack_from(p, o)
+    b_nowait = p[o]
     o += 1
     v_nowait = (b_nowait & 1) != 0
     return {'consumer_tag': v_consumer_tag, 'nowait': v_nowait}, o
@@ -1874,7 +1874,7 @@ def d_80_40(p, o):
         v_routing_key = v_routing_key.decode()
     except UnicodeDecodeError:
         pass
-    b_mandatory, = _S2.unpack_from(p, o)
+    b_mandatory = p[o]
     o += 1
     v_mandatory = (b_mandatory & 1) != 0
     v_immediate = (b_mandatory & 2) != 0
@@ -1993,7 +1993,7 @@ def dp_80(p, o, words):
         o = n
         d['headers'] = v_headers
     if w0 & 4096:
-        v_priority, = _S2.unpack_from(p, o)
+        v_priority = p[o]
         o += 1
         d['priority'] = v_priority
     if w0 & 2048:
@@ -2178,11 +2178,11 @@ def dp_110(p, o, words):
             pass
         d['data_name'] = v_data_name
     if w0 & 4096:
-        v_durable, = _S2.unpack_from(p, o)
+        v_durable = p[o]
         o += 1
         d['durable'] = v_durable
     if w0 & 2048:
-        v_broadcast, = _S2.unpack_from(p, o)
+        v_broadcast = p[o]
         o += 1
         d['broadcast'] = v_broadcast
     return d, o
@@ -2357,7 +2357,7 @@ def d_120_20(p, o):
         v_destination = v_destination.decode()
     except UnicodeDecodeError:
         pass
-    b_no_local, = _S2.unpack_from(p, o)
+    b_no_local = p[o]
     o += 1
     v_no_local = (b_no_local & 1) != 0
     v_no_ack = (b_no_local & 2) != 0
@@ -2416,7 +2416,7 @@ def d_120_40(p, o):
         v_destination = v_destination.decode()
     except UnicodeDecodeError:
         pass
-    b_no_ack, = _S2.unpack_from(p, o)
+    b_no_ack = p[o]
     o += 1
     v_no_ack = (b_no_ack & 1) != 0
     return {'ticket': v_ticket, 'queue': v_queue, 'destination': v_destination, 'no_ack': v_no_ack}, o
@@ -2433,7 +2433,7 @@ def e_120_40(a):
 
 def d_120_50(p, o):
     """message.recover"""
-    b_requeue, = _S2.unpack_from(p, o)
+    b_requeue = p[o]
     o += 1
     v_requeue = (b_requeue & 1) != 0
     return {'requeue': v_requeue}, o

@@ -176,7 +176,7 @@ def d_10_40(p, o):
         v_reserved_1 = v_reserved_1.decode()
     except UnicodeDecodeError:
         pass
-    b_reserved_2, = _S2.unpack_from(p, o)
+    b_reserved_2 = p[o]
     o += 1
     v_reserved_2 = (b_reserved_2 & 1) != 0
     return {'virtual_host': v_virtual_host, 'reserved_1': v_reserved_1, 'reserved_2': v_reserved_2}, o
@@ -344,7 +344,7 @@ def e_20_11(a):
 
 def d_20_20(p, o):
     """channel.flow"""
-    b_active, = _S2.unpack_from(p, o)
+    b_active = p[o]
     o += 1
     v_active = (b_active & 1) != 0
     return {'active': v_active}, o
@@ -358,7 +358,7 @@ def e_20_20(a):
 
 def d_20_21(p, o):
     """channel.flow-ok"""
-    b_active, = _S2.unpack_from(p, o)
+    b_active = p[o]
     o += 1
     v_active = (b_active & 1) != 0
     return {'active': v_active}, o
@@ -422,7 +422,7 @@ def d_40_10(p, o):
         v_type = v_type.decode()
     except UnicodeDecodeError:
         pass
-    b_passive, = _S2.unpack_from(p, o)
+    b_passive = p[o]
     o += 1
     v_passive = (b_passive & 1) != 0
     v_durable = (b_passive & 2) != 0
@@ -468,7 +468,7 @@ def d_40_20(p, o):
         v_exchange = v_exchange.decode()
     except UnicodeDecodeError:
         pass
-    b_if_unused, = _S2.unpack_from(p, o)
+    b_if_unused = p[o]
     o += 1
     v_if_unused = (b_if_unused & 1) != 0
     v_no_wait = (b_if_unused & 2) != 0
@@ -518,7 +518,7 @@ def d_40_30(p, o):
         v_routing_key = v_routing_key.decode()
     except UnicodeDecodeError:
         pass
-    b_no_wait, = _S2.unpack_from(p, o)
+    b_no_wait = p[o]
     o += 1
     v_no_wait = (b_no_wait & 1) != 0
     n = _U32(p, o)[0] + o + 4
@@ -575,7 +575,7 @@ def d_40_40(p, o):
         v_routing_key = v_routing_key.decode()
     except UnicodeDecodeError:
         pass
-    b_no_wait, = _S2.unpack_from(p, o)
+    b_no_wait = p[o]
     o += 1
     v_no_wait = (b_no_wait & 1) != 0
     n = _U32(p, o)[0] + o + 4
@@ -618,7 +618,7 @@ def d_50_10(p, o):
         v_queue = v_queue.decode()
     except UnicodeDecodeError:
         pass
-    b_passive, = _S2.unpack_from(p, o)
+    b_passive = p[o]
     o += 1
     v_passive = (b_passive & 1) != 0
     v_durable = (b_passive & 2) != 0
@@ -688,7 +688,7 @@ def d_50_20(p, o):
         v_routing_key = v_routing_key.decode()
     except UnicodeDecodeError:
         pass
-    b_no_wait, = _S2.unpack_from(p, o)
+    b_no_wait = p[o]
     o += 1
     v_no_wait = (b_no_wait & 1) != 0
     n = _U32(p, o)[0] + o + 4
@@ -784,7 +784,7 @@ def d_50_30(p, o):
         v_queue = v_queue.decode()
     except UnicodeDecodeError:
         pass
-    b_no_wait, = _S2.unpack_from(p, o)
+    b_no_wait = p[o]
     o += 1
     v_no_wait = (b_no_wait & 1) != 0
     return {'reserved_1': v_reserved_1, 'queue': v_queue, 'no_wait': v_no_wait}, o
@@ -822,7 +822,7 @@ def d_50_40(p, o):
         v_queue = v_queue.decode()
     except UnicodeDecodeError:
         pass
-    b_if_unused, = _S2.unpack_from(p, o)
+    b_if_unused = p[o]
     o += 1
     v_if_unused = (b_if_unused & 1) != 0
     v_if_empty = (b_if_unused & 2) != 0
@@ -893,7 +893,7 @@ def d_60_20(p, o):
         v_consumer_tag = v_consumer_tag.decode()
     except UnicodeDecodeError:
         pass
-    b_no_local, = _S2.unpack_from(p, o)
+    b_no_local = p[o]
     o += 1
     v_no_local = (b_no_local & 1) != 0
     v_no_ack = (b_no_local & 2) != 0
@@ -944,7 +944,7 @@ def d_60_30(p, o):
         v_consumer_tag = v_consumer_tag.decode()
     except UnicodeDecodeError:
         pass
-    b_no_wait, = _S2.unpack_from(p, o)
+    b_no_wait = p[o]
     o += 1
     v_no_wait = (b_no_wait & 1) != 0
     return {'consumer_tag': v_consumer_tag, 'no_wait': v_no_wait}, o
@@ -993,7 +993,7 @@ def d_60_40(p, o):
         v_routing_key = v_routing_key.decode()
     except UnicodeDecodeError:
         pass
-    b_mandatory, = _S2.unpack_from(p, o)
+    b_mandatory = p[o]
     o += 1
     v_mandatory = (b_mandatory & 1) != 0
     v_immediate = (b_mandatory & 2) != 0
@@ -1095,7 +1095,7 @@ def d_60_70(p, o):
         v_queue = v_queue.decode()
     except UnicodeDecodeError:
         pass
-    b_no_ack, = _S2.unpack_from(p, o)
+    b_no_ack = p[o]
     o += 1
     v_no_ack = (b_no_ack & 1) != 0
     return {'reserved_1': v_reserved_1, 'queue': v_queue, 'no_ack': v_no_ack}, o
@@ -1190,7 +1190,7 @@ def e_60_90(a):
 
 def d_60_100(p, o):
     """basic.recover-async"""
-    b_requeue, = _S2.unpack_from(p, o)
+    b_requeue = p[o]
     o += 1
     v_requeue = (b_requeue & 1) != 0
     return {'requeue': v_requeue}, o
@@ -1204,7 +1204,7 @@ def e_60_100(a):
 
 def d_60_110(p, o):
     """basic.recover"""
-    b_requeue, = _S2.unpack_from(p, o)
+    b_requeue = p[o]
     o += 1
     v_requeue = (b_requeue & 1) != 0
     return {'requeue': v_requeue}, o
@@ -1270,11 +1270,11 @@ def dp_60(p, o, words):
         o = n
         d['headers'] = v_headers
     if w0 & 4096:
-        v_delivery_mode, = _S2.unpack_from(p, o)
+        v_delivery_mode = p[o]
         o += 1
         d['delivery_mode'] = v_delivery_mode
     if w0 & 2048:
-        v_priority, = _S2.unpack_from(p, o)
+        v_priority = p[o]
         o += 1
         d['priority'] = v_priority
     if w0 & 1024:
@@ -1467,7 +1467,7 @@ def e_90_31(a):
 
 def d_85_10(p, o):
     """confirm.select"""
-    b_nowait, = _S2.unpack_from(p, o)
+    b_nowait = p[o]
     o += 1
     v_nowait = (b_nowait & 1) != 0
     return {'nowait': v_nowait}, o
