@@ -263,6 +263,10 @@ def test_table_nesting_100000_deep(code: str, tmp_path: Path) -> None:
         assert "connection.start-ok" in result.stdout or "Start-Ok" in result.stdout or "start-ok" in result.stdout
         if fmt[1] in ("jsonl", "json", "csv"):  # the machine formats carry the problem value
             assert f"nesting deeper than {MAX_DEPTH}" in result.stdout
+    for cmd in (["stats", "-T", "json"], ["validate", "-T", "jsonl"], ["flow", "-T", "svg"],
+                ["report", "-o", str(tmp_path / "deep.html")]):  # fmt: skip
+        result = CliRunner().invoke(cli, [*cmd, str(path)])
+        assert result.exit_code in (0, 1), (cmd, result.output[-2000:], result.exception)  # 1: validate findings
 
 
 # --- flows: a million, and a SYN flood ------------------------------------------------------------
