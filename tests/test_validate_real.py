@@ -41,7 +41,8 @@ CCODE0, CTEXT0 = "connection.close.reply-code.assert-notnull", "connection.close
 
 EXPECTED: dict[str, dict[tuple[str, str], int]] = {
     "s01_pika_topology.pcap": {(D, CODE0): 1, RES: 1},
-    "s02_pika_confirms.pcap": {(D, CODE0): 1, RES: 1},
+    # pika's ioloop stopped without connection.close; the broker reset the socket 30 s later
+    "s02_pika_confirms.pcap": {(D, CODE0): 1, RES: 1, (W, "connection.close.missing"): 1},
     "s03_amqpstorm_tx.pcap": {(V, "tx.commit.transacted"): 1, (D, TEXT0): 1, (D, CCODE0): 1, (D, CTEXT0): 1, RES: 2},
     "s04_pika_consumer_acks.pcap": {(D, CODE0): 3, RES: 1},
     "s05_pika_large_bodies.pcap": {(D, CODE0): 2, RES: 2},

@@ -51,6 +51,7 @@ OWN_RULES: dict[str, tuple[str | None, str]] = {
     "sync.pipelined": (None, "a synchronous request waits for the previous reply"),
     "channel.not-open": ("channel-error", "channel used only between open and close"),
     "connection.close-ok.missing": (None, "connection.close is answered with close-ok"),
+    "connection.close.missing": (None, "an open connection ends with connection.close, not a dropped socket"),
     "channel.close-ok.missing": (None, "channel.close is answered with close-ok (or a connection close)"),
     "close.reply-code": (None, "close reply codes are defined constants of the right class"),
     "close.method-id": (None, "close names a real class and method, or 0/0"),

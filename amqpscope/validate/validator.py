@@ -202,7 +202,7 @@ class _Checker:
                                rule="connection.close-ok.missing", severity=DEVIATION, code=None,
                                message=f"the {peer} ended the connection (packet {ev.packet}) without answering "
                                "this connection.close with close-ok", packets=(cs.close_packet, ev.packet)))  # fmt: skip
-        if cs.closing is None:
+        if cs.closing is None and cs.trusted:
             # the same for a channel.close left unanswered by a peer that drops the connection
             # (rabbitmq-c resets TCP after a channel.close 403, s11): a deviation
             for n, ch in sorted(cs.chans.items()):
@@ -213,6 +213,13 @@ class _Checker:
                                        message=f"the {_WHO[peer]} ended the connection (packet {ev.packet}, "
                                        f"{ev.ended}) without answering this channel.close with close-ok",
                                        packets=(ch.close_packet, ev.packet)))  # fmt: skip
+            if not out and cs.opened and ev.ended in ("fin", "rst"):
+                # the grammar ends with close-connection; dropping TCP instead is common (RabbitMQ logs
+                # "client unexpectedly closed TCP connection") and harmless to the peer: a warning
+                out.append(Finding(packet=ev.packet, ts=ev.ts, conn=ev.conn, dir=None, channel=0,
+                                   rule="connection.close.missing", severity=WARNING, code=None,
+                                   message=f"the connection ended ({ev.ended}) without connection.close",
+                                   packets=(ev.packet,)))  # fmt: skip
         return self._release_all(cs, "the connection ends") + out
 
     def _silence(self, cs: ConnState, ev: Frame, d: str) -> Finding | None:

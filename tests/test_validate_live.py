@@ -1,0 +1,150 @@
+"""Violations sent to a real RabbitMQ with our own encoder, recorded on the loopback: the validator
+finds each one at the offending frame and reports the broker's actual reaction.
+
+This pins down, against the real broker, where RabbitMQ's reply code is the spec's and where it
+is not (a heartbeat on a channel: RabbitMQ 505, the spec 501)."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from amqpscope.capture import read_packets
+from amqpscope.dissect.codec import Codec, get_codec
+from amqpscope.dissect.wire import FRAME_HEARTBEAT, RawFrame, decode_frame, encode_frame, encode_protocol_header
+from amqpscope.events import Finding
+from amqpscope.pipeline import decode_packets
+from amqpscope.session import Options
+from amqpscope.testing.broker import PrivateBroker
+from amqpscope.validate.validator import Validator
+
+pytestmark = pytest.mark.broker
+
+
+class RawClient:
+    """A client that sends exactly the frames it is told to, and reads the broker's methods."""
+
+    def __init__(self, port: int, codec: Codec) -> None:
+        self.codec = codec
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        self.buf = b""
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def method(self, channel: int, name: str, **args: Any) -> None:
+        self.send(self.codec.method_frame(channel, name, **args))
+
+    def expect(self, name: str) -> dict[str, Any]:
+        """Read until the broker sends method ``name`` (or closes); its arguments."""
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            frame = decode_frame(self.buf)
+            if isinstance(frame, RawFrame):
+                self.buf = self.buf[frame.end :]
+                if frame.type == 1:
+                    decoded = self.codec.decode_method(frame.payload)
+                    if decoded.name == name:
+                        return decoded.args
+                continue
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                break
+            self.buf += chunk
+        raise AssertionError(f"the broker sent no {name}")
+
+    def handshake(self) -> None:
+        self.send(encode_protocol_header())
+        self.expect("connection.start")
+        self.method(0, "connection.start-ok", client_properties={"product": "raw"}, mechanism="PLAIN",
+                    response="\x00guest\x00guest", locale="en_US")  # fmt: skip
+        tune = self.expect("connection.tune")
+        self.method(0, "connection.tune-ok", channel_max=tune["channel_max"], frame_max=tune["frame_max"], heartbeat=0)
+        self.method(0, "connection.open", virtual_host="/")
+        self.expect("connection.open-ok")
+        self.method(1, "channel.open")
+        self.expect("channel.open-ok")
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _ack_unknown(c: RawClient) -> None:
+    c.method(1, "basic.ack", delivery_tag=5)
+    c.expect("channel.close")
+    c.method(1, "channel.close-ok")
+
+
+def _open_twice(c: RawClient) -> None:
+    c.method(1, "channel.open")
+    c.expect("connection.close")
+    c.method(0, "connection.close-ok")
+
+
+def _commit_untransacted(c: RawClient) -> None:
+    c.method(1, "tx.commit")
+    c.expect("channel.close")
+    c.method(1, "channel.close-ok")
+
+
+def _heartbeat_on_channel(c: RawClient) -> None:
+    c.send(encode_frame(FRAME_HEARTBEAT, 1, b""))
+    c.expect("connection.close")
+    c.method(0, "connection.close-ok")
+
+
+def _consumer_tag_reused(c: RawClient) -> None:
+    c.method(1, "queue.declare", queue="", exclusive=True)
+    q = c.expect("queue.declare-ok")["queue"]
+    c.method(1, "basic.consume", queue=q, consumer_tag="tag")
+    c.expect("basic.consume-ok")
+    c.method(1, "basic.consume", queue=q, consumer_tag="tag")
+    c.expect("connection.close")
+    c.method(0, "connection.close-ok")
+
+
+def _reserved_exchange(c: RawClient) -> None:
+    c.method(1, "exchange.declare", exchange="amq.validator-test", type="direct")
+    c.expect("channel.close")
+    c.method(1, "channel.close-ok")
+
+
+SCENARIOS: list[tuple[Callable[[RawClient], None], str, int, str]] = [
+    (_ack_unknown, "basic.ack.multiple.exists", 406, "server sent channel.close 406 at packet {}: matches"),
+    (_open_twice, "channel.open.state", 504, "server sent connection.close 504 at packet {}: matches"),
+    (_commit_untransacted, "tx.commit.transacted", 406, "server sent channel.close 406 at packet {}: matches"),
+    (_heartbeat_on_channel, "frame.heartbeat-channel", 501, "server sent connection.close 505 at packet {}: expected 501"),
+    (_consumer_tag_reused, "basic.consume.consumer-tag.01", 530,
+     "server sent connection.close 530 at packet {}: matches"),
+    (_reserved_exchange, "exchange.declare.exchange.reserved", 403,
+     "server sent channel.close 403 at packet {}: matches"),
+]  # fmt: skip
+
+
+def test_violations_against_rabbitmq(rabbitmq: PrivateBroker, loopback_recorder: Any, tmp_path: Path) -> None:
+    codec = get_codec()
+    path = tmp_path / "live.pcap"
+    with loopback_recorder(path, rabbitmq.port):
+        for scenario, *_ in SCENARIOS:
+            c = RawClient(rabbitmq.port, codec)
+            try:
+                c.handshake()
+                scenario(c)
+            finally:
+                c.close()
+            time.sleep(0.05)
+    stage = Validator(codec.spec).stage
+    options = Options(ports=frozenset({rabbitmq.port}))
+    events = list(decode_packets(read_packets(path), codec, options, stages=[stage]))
+    closes = {ev.conn: ev.packet for ev in events if getattr(ev, "method", None) in ("channel.close", "connection.close")
+              and ev.dir == "s2c"}  # fmt: skip
+    violations = [f for f in events if isinstance(f, Finding) and f.severity == "violation"]
+    assert [(f.conn, f.rule, f.code) for f in violations] == [(i, rule, code) for i, (_, rule, code, _) in
+                                                              enumerate(SCENARIOS)]  # fmt: skip
+    for f, (_, _, _, reaction) in zip(violations, SCENARIOS, strict=True):
+        assert f.peer_reaction == reaction.format(closes[f.conn])
