@@ -2,7 +2,7 @@
 finds each one at the offending frame and reports the broker's actual reaction.
 
 This pins down, against the real broker, where RabbitMQ's reply code is the spec's and where it
-is not (a heartbeat on a channel: RabbitMQ 505, the spec 501)."""
+is not (a heartbeat on a channel, a body overrunning its body-size: RabbitMQ 505, the spec 501)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,15 @@ import pytest
 
 from amqpscope.capture import read_packets
 from amqpscope.dissect.codec import Codec, get_codec
-from amqpscope.dissect.wire import FRAME_HEARTBEAT, RawFrame, decode_frame, encode_frame, encode_protocol_header
+from amqpscope.dissect.wire import (
+    FRAME_BODY,
+    FRAME_HEADER,
+    FRAME_HEARTBEAT,
+    RawFrame,
+    decode_frame,
+    encode_frame,
+    encode_protocol_header,
+)
 from amqpscope.events import Finding
 from amqpscope.pipeline import decode_packets
 from amqpscope.session import Options
@@ -108,6 +116,15 @@ def _consumer_tag_reused(c: RawClient) -> None:
     c.method(0, "connection.close-ok")
 
 
+def _body_overrun(c: RawClient) -> None:
+    # RabbitMQ notices only when the next frame arrives on the channel, and answers 505 (checklist)
+    c.method(1, "basic.publish", routing_key="nowhere")
+    c.send(encode_frame(FRAME_HEADER, 1, c.codec.encode_header(60, 3)) + encode_frame(FRAME_BODY, 1, b"four"))
+    c.method(1, "basic.qos", prefetch_count=1)
+    c.expect("connection.close")
+    c.method(0, "connection.close-ok")
+
+
 def _reserved_exchange(c: RawClient) -> None:
     c.method(1, "exchange.declare", exchange="amq.validator-test", type="direct")
     c.expect("channel.close")
@@ -123,6 +140,7 @@ SCENARIOS: list[tuple[Callable[[RawClient], None], str, int, str]] = [
      "server sent connection.close 530 at packet {}: matches"),
     (_reserved_exchange, "exchange.declare.exchange.reserved", 403,
      "server sent channel.close 403 at packet {}: matches"),
+    (_body_overrun, "content.body-size", 501, "server sent connection.close 505 at packet {}: expected 501"),
 ]  # fmt: skip
 
 
