@@ -5,7 +5,7 @@ from __future__ import annotations
 from amqpscope.dissect.spec import Spec
 from amqpscope.events import Finding, Frame, Malformed
 
-from .findings import DEVIATION, VIOLATION, Catalogue
+from .findings import DEVIATION, VIOLATION, WARNING, Catalogue
 from .state import ConnState
 
 # frame type names the session uses for each spec constant (0-9's out-of-band frames included)
@@ -59,8 +59,11 @@ def check_frame(cat: Catalogue, types: frozenset[str], min_size: int, cs: ConnSt
             out.append(cat.finding(ev, "frame.channel-max", VIOLATION,
                                    f"channel {ch} is above the negotiated channel-max {cs.channel_max}"))
     elif cs.started and total > min_size:
-        out.append(cat.finding(ev, "frame.min-size", VIOLATION,
-                               f"frame of {total} octets before tune-ok (frame-min-size {min_size})"))
+        # the rule (tune frame-max "minimum") obliges receivers to accept up to frame-min-size, it
+        # does not forbid more: a warning. RabbitMQ < 4.1 refuses it (501), 4.1 accepts up to 8192.
+        out.append(cat.finding(ev, "frame.min-size", WARNING,
+                               f"frame of {total} octets before tune-ok; peers need only accept "
+                               f"frame-min-size ({min_size})"))  # fmt: skip
 
 
 def check_content(cat: Catalogue, cs: ConnState, ev: Frame, content_method: bool, out: list[Finding]) -> None:
