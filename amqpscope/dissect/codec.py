@@ -54,7 +54,13 @@ class _Entry:
 
 
 class Codec:
-    """Decoders and encoders for every method and content class of one spec."""
+    """Decoders and encoders for every method and content class of one spec.
+
+    Content headers take one of two paths: a single flag word with only defined bits (nearly every
+    header) goes to a decoder compiled for exactly that word on first sight; anything else (several
+    flag words, undefined bits, trailing bytes) goes through the generic generated decoder, which
+    also says what is wrong.
+    """
 
     def __init__(self, spec: Spec, module: ModuleType) -> None:
         self.spec = spec
@@ -67,9 +73,10 @@ class Codec:
         self._nprops = {c.index: len(c.properties) for c in spec.classes}
         # flag bits the first flag word may set without a problem (plus the continuation bit)
         allowed = {c.index: sum(1 << (15 - b) for b in range(min(15, len(c.properties)))) | 1 for c in spec.classes}
-        # the decode path in plain tuples: (decoder, name, Method) and (decoder, flag bits no property owns)
+        # the decode path reads plain tuples: (decoder, name, Method)
         self._fast_methods = {k: (e.decode, e.name, e.method) for k, e in self._entries.items()}
-        self._fast_props = {c: (d, 0xFFFF & ~allowed.get(c, 0xFFFF)) for c, d in self._pdec.items()}
+        # flag bits of a single flag word that no property owns, per class with properties
+        self._disallowed = {c: 0xFFFF & ~allowed[c] for c in self._pdec}
         self._props_of = {c.index: c.properties for c in spec.classes}
         self._by_flags: dict[int, Any] = {}  # (class id << 16 | flag word) -> compiled decoder
 
@@ -116,8 +123,8 @@ class Codec:
 
     def _flag_decoder(self, class_id: int, word: int) -> Any:
         """Compile (once) the decoder for one flag word; None when the slow path must judge it."""
-        fast = self._fast_props.get(class_id)
-        if fast is None or word & fast[1] or len(self._by_flags) >= MAX_FLAG_DECODERS:
+        disallowed = self._disallowed.get(class_id)
+        if disallowed is None or word & disallowed or len(self._by_flags) >= MAX_FLAG_DECODERS:
             return None
         decode = self._by_flags[(class_id << 16) | word] = flag_decoder(self._props_of[class_id], word)
         return decode
