@@ -90,7 +90,8 @@ def test_decode_with_the_shipped_09_spec() -> None:
 
 
 BROKEN = [
-    ("not-xml", '<amqp major="0" minor="9">\n<class name="c" index="1">\n</amqp>\n', ":3: not well-formed XML"),
+    ("not-xml", '<amqp major="0" minor="9">\n<class name="c" index="1">\n</amqp>\n',
+     ":3: not well-formed XML (mismatched tag) inside <class> opened at line 2"),
     ("foreign", '<?xml version="1.0"?>\n<project>\n</project>\n', ":2: <project> is not an AMQP spec"),
     ("no-class", '<amqp major="0" minor="9">\n</amqp>\n', ":1: <amqp> defines no <class>"),
     ("class-without-name", '<amqp major="0" minor="9">\n\n<class index="1"/>\n</amqp>\n', ":3: <class> has no 'name' attribute"),

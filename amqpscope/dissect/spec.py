@@ -245,7 +245,8 @@ def _parse_xml(data: bytes, source: str) -> _Node:
     try:
         parser.Parse(data, True)
     except expat.ExpatError as exc:
-        raise SpecError(f"{source}:{exc.lineno}: not well-formed XML ({expat.ErrorString(exc.code)})") from None
+        inside = f" inside <{stack[-1].tag}> opened at line {stack[-1].line}" if stack else ""
+        raise SpecError(f"{source}:{exc.lineno}: not well-formed XML ({expat.ErrorString(exc.code)}){inside}") from None
     return root[0]
 
 
