@@ -184,19 +184,18 @@ def test_partition_and_time_columns(first_run: dict[str, Any]) -> None:
 
 
 @pytest.mark.spark
-def test_promoted_columns_make_sql_simple(spark: Any, first_run: dict[str, Any]) -> None:
-    """The typed columns answer the usual questions without map lookups, in Spark SQL."""
-    out = first_run["out"]
-    spark.read.parquet(str(out / "events")).createOrReplaceTempView("events")
-    acks = spark.sql("SELECT count(*) AS n, sum(CAST(multiple AS INT)) AS m FROM events "
-                     "WHERE method = 'basic.ack' AND dir = 's2c' AND capture LIKE '%s02_pika_confirms.pcap'").collect()  # fmt: skip
-    assert (acks[0]["n"], acks[0]["m"]) == (135, 38)  # the facts in captures/README.md (tshark)
-    top = spark.sql("SELECT routing_key, count(*) AS n FROM events WHERE method = 'basic.publish' "
-                    "GROUP BY routing_key ORDER BY n DESC, routing_key LIMIT 1").collect()  # fmt: skip
-    assert top[0]["n"] > 1
-    codes = spark.sql("SELECT reply_code, args['reply_code'] AS text FROM events "
-                      "WHERE method = 'channel.close' AND reply_code = 406").collect()  # fmt: skip
-    assert codes and all(r["text"] == "406" for r in codes)
+def test_promoted_columns_answer_without_map_lookups(first_run: dict[str, Any]) -> None:
+    """The typed columns carry the facts of captures/README.md (checked there against tshark)."""
+    events = first_run["tables"]["events"]
+    acks = [r for r in events if r["method"] == "basic.ack" and r["dir"] == "s2c"
+            and r["capture"].endswith("/s02_pika_confirms.pcap")]  # fmt: skip
+    assert (len(acks), sum(r["multiple"] for r in acks)) == (135, 38)
+    closes = [r for r in events if r["method"] == "channel.close" and r["reply_code"] == 406]
+    assert closes and all(dict(r["args"])["reply_code"] == "406" for r in closes)
+    publishes = [r for r in events if r["method"] == "basic.publish"]
+    assert all(r["routing_key"] == dict(r["args"])["routing_key"] for r in publishes)
+    props = [r for r in events if r["type"] == "header" and r["content_type"] is not None]
+    assert props and all(dict(r["properties"])["content_type"] == r["content_type"] for r in props)
 
 
 @pytest.mark.spark
@@ -369,3 +368,56 @@ def test_a_new_event_field_changes_the_derived_schema() -> None:
 
     with pytest.raises(TypeError, match="no Parquet type"):
         schema._event_table("events", (FrameBad,))
+
+
+# --- the example queries of docs/batch.md run, and give the facts of the shared captures -------
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "batch.md"
+
+
+def _sql_blocks() -> list[list[str]]:
+    """The ```sql blocks of docs/batch.md, each as its statements without comment lines."""
+    text = DOCS.read_text()
+    blocks = []
+    for block in text.split("```sql\n")[1:]:
+        body = "\n".join(line for line in block.split("```", 1)[0].splitlines() if not line.lstrip().startswith("--"))
+        blocks.append([st.strip() for st in body.split(";") if st.strip()])
+    return blocks
+
+
+def _check_answers(rows: list[list[Any]]) -> None:
+    top_keys, confirms, by_findings = rows
+    assert top_keys[0][1] == "q.confirm" and top_keys[0][2] == 300  # s02: 300 publishes to q.confirm
+    s02 = [r for r in confirms if str(r[0]).endswith("/s02_pika_confirms.pcap")]
+    assert s02 and s02[0][1] == 320  # every publish of s02 confirmed (135 acks + 15 nacks, many multiple)
+    assert by_findings and by_findings[0][-2] >= by_findings[-1][-2]
+
+
+@pytest.mark.spark
+def test_docs_spark_sql_queries(spark: Any, first_run: dict[str, Any]) -> None:
+    out = first_run["out"]
+    for t in ("events", "messages", "connections", "findings", "errors"):
+        spark.read.parquet(str(out / t)).createOrReplaceTempView(t)
+    statements = _sql_blocks()[0]
+    assert len(statements) == 3
+    _check_answers([[tuple(r) for r in spark.sql(st).collect()] for st in statements])
+
+
+@pytest.mark.spark
+def test_docs_duckdb_queries(first_run: dict[str, Any]) -> None:
+    duckdb = pytest.importorskip("duckdb")
+    con = duckdb.connect()
+    spark_block, duck_block = _sql_blocks()[:2]
+    ctes = spark_block[1][: spark_block[1].rindex("SELECT capture, count(*)")]  # WITH selects … confirms
+    answers = []
+    for st in duck_block:
+        st = st.replace("/data/amqp", str(first_run["out"]))
+        if st.startswith("CREATE"):
+            con.execute(st)
+            continue
+        if "FROM confirms" in st:
+            st = ctes + st
+        answers.append(con.execute(st).fetchall())
+    assert len(answers) == 4  # three questions and the map example
+    _check_answers(answers[:3])
+    assert ('{"x-max-length":5,"x-overflow":"reject-publish"}', 1) in answers[3]

@@ -146,10 +146,22 @@ def open_stream(uri: str) -> IO[bytes]:
     from pyarrow import fs as pafs
 
     if uri.startswith(("s3a://", "s3n://")):
-        uri = "s3://" + uri.split("://", 1)[1]
+        uri = "s3://" + uri.split("://", 1)[1]  # Hadoop's name for S3; pyarrow knows it as s3
     filesystem, path = pafs.FileSystem.from_uri(uri)
     stream: IO[bytes] = filesystem.open_input_stream(path, compression=None)  # the reader detects gzip etc.
     return stream
+
+
+def open_output(uri: str) -> tuple[Any, str]:
+    """(``pyarrow.fs`` filesystem, path) to write files under ``uri`` from an executor."""
+    from pyarrow import fs as pafs
+
+    if is_local(uri):
+        return pafs.LocalFileSystem(), os.path.abspath(local_path(uri))
+    if uri.startswith(("s3a://", "s3n://")):
+        uri = "s3://" + uri.split("://", 1)[1]
+    filesystem, path = pafs.FileSystem.from_uri(uri)
+    return filesystem, path
 
 
 def parse_size(text: str) -> int:

@@ -9,11 +9,13 @@ Runs three ways, all through ``run_job``:
 
 The driver only lists inputs and plans: it never reads a capture. The plan is a tuple of
 partitions, each a tuple of capture slices (``worker.Slice``); ``spark.range(P)`` with one id per
-partition is mapped by ``worker.run_partitions`` in one ``mapInArrow`` stage that yields the rows of
-every table. That result is persisted once and written table by table, each table partitioned by
-``capture_date``/``capture_id`` with dynamic partition overwrite, so running again over a capture
-replaces exactly its partitions; partitions of a rerun capture that the new run did not write (a
-capture that is no longer truncated has no ``errors`` rows) are deleted afterwards.
+partition is mapped by ``worker.run_partitions`` in one ``mapInArrow`` stage whose tasks decode
+their slices and write the Parquet files of every table into a staging directory. The driver
+collects the manifest of those files and commits them: every table is partitioned by
+``capture_date``/``capture_id``, and each partition this run wrote replaces the partition of the
+same name (dynamic partition overwrite), so running again over a capture replaces exactly its
+rows; partitions of a rerun capture that the new run did not write (a capture that is no longer
+truncated has no ``errors`` rows) are deleted afterwards.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import os
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -32,7 +35,7 @@ from typing import Any
 
 from amqpscope.spark.inputs import Capture, InputError, is_local, list_inputs, parse_size
 from amqpscope.spark.schema import PARTITION_COLUMNS, SCHEMA_VERSION, TABLES, describe, fingerprint, spark_schema
-from amqpscope.spark.worker import TABLE_COLUMN, JobConfig, Slice, output_schema, run_partitions
+from amqpscope.spark.worker import MANIFEST_SCHEMA, JobConfig, Slice, run_partitions
 
 MANIFEST = "_amqpscope.json"  # beside the tables; the leading "_" hides it from Spark and globs
 DEFAULT_SPLIT_BYTES = 64 << 20
@@ -181,47 +184,43 @@ def run_job(opts: JobOptions, spark: Any = None) -> JobResult:
     parallelism = max(1, int(spark.sparkContext.defaultParallelism))
     slices = plan_slices(captures, parallelism, opts.split_bytes)
     parts = pack(slices, opts.partitions or PARTITIONS_PER_CORE * parallelism)
-    config = JobConfig(partitions=parts, spec=opts.spec, ports=opts.ports)
+    staging = f"{out}/_staging-{uuid.uuid4().hex[:12]}"
+    config = JobConfig(partitions=parts, spec=opts.spec, ports=opts.ports, staging=staging)
     result = JobResult(out=out, captures=len(captures), slices=len(slices), partitions=len(parts))
-
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
-
-    # Spark's default INT96 timestamps read back without a time zone elsewhere (DuckDB, pyarrow)
-    spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-
-    decoded = (spark.range(0, len(parts), 1, len(parts))
-               .mapInArrow(partial(run_partitions, config), spark_schema(output_schema())))  # fmt: skip
-    decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        written = _written_partitions(decoded, F)  # the one pass that decodes (fills the cache)
-        for name in TABLES:
-            result.rows[name] = sum(n for (t, _d, _c), n in written.items() if t == name)
-            if not result.rows[name]:
-                continue  # nothing to add; stale partitions of this table go below
-            rows = decoded.filter(F.col(TABLE_COLUMN) == name).select(f"{name}.*")
-            (rows.write.mode("overwrite").option("partitionOverwriteMode", "dynamic")
-             .partitionBy(*PARTITION_COLUMNS).parquet(f"{out}/{name}"))  # fmt: skip
-        if result.rows.get("errors"):
-            err = decoded.filter(F.col(TABLE_COLUMN) == "errors").select("errors.capture", "errors.message")
-            result.errors = sorted({(r[0], r[1]) for r in err.collect()})
+        manifest = (spark.range(0, len(parts), 1, len(parts))
+                    .mapInArrow(partial(run_partitions, config), spark_schema(MANIFEST_SCHEMA)).collect())  # fmt: skip
+        files = [r.asDict() for r in manifest]
+        written = _commit(spark, out, staging, files)
     finally:
-        decoded.unpersist()
-    ids = {c.capture_id for c in captures}
-    result.deleted = _delete_stale(spark, out, ids, {(t, d, c) for (t, d, c) in written})
+        fs, path = _fs(spark, staging)
+        fs.delete(path, True)  # also the files of failed or speculative task attempts
+    for name in TABLES:
+        result.rows[name] = sum(f["rows"] for f in files if f["table"] == name)
+    result.errors = sorted({(f["capture"], f["message"]) for f in files if f["table"] == "errors"})
+    result.deleted = _delete_stale(spark, out, {c.capture_id for c in captures}, written)
     _write_manifest(spark, out)
     result.seconds = time.perf_counter() - started
     return result
 
 
-def _written_partitions(decoded: Any, F: Any) -> dict[tuple[str, str, str], int]:
-    """Rows per (table, capture_date, capture_id) of this run."""
-    def part(col: str) -> Any:
-        return F.coalesce(*[F.col(f"{t}.{col}") for t in TABLES]).alias(col)
-
-    counts = decoded.select(TABLE_COLUMN, part("capture_date"), part("capture_id")).groupBy(
-        TABLE_COLUMN, "capture_date", "capture_id").count().collect()  # fmt: skip
-    return {(r[0], r[1], r[2]): int(r[3]) for r in counts}
+def _commit(spark: Any, out: str, staging: str, files: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    """Move the files of the successful task attempts into place, partition by partition: each
+    partition this run wrote replaces the partition of the same name (dynamic overwrite)."""
+    parts: dict[tuple[str, str, str], list[str]] = {}
+    for f in files:
+        parts.setdefault((f["table"], f["capture_date"], f["capture_id"]), []).append(f["path"])
+    Path = spark.sparkContext._jvm.org.apache.hadoop.fs.Path
+    fs, _ = _fs(spark, out)
+    for (table, date, capture_id), paths in sorted(parts.items()):
+        target = Path(f"{out}/{table}/capture_date={date}/capture_id={capture_id}")
+        if fs.exists(target):
+            fs.delete(target, True)
+        fs.mkdirs(target)
+        for rel in paths:
+            if not fs.rename(Path(f"{staging}/{rel}"), Path(target, rel.rsplit("/", 1)[1])):
+                raise JobError(f"cannot move {staging}/{rel} into {target.toString()}")
+    return set(parts)
 
 
 def _normalise_out(out: str, spark: Any) -> str:

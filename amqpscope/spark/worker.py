@@ -1,21 +1,28 @@
-"""What runs on the executors: decode capture slices into Arrow batches for ``mapInArrow``.
+"""What runs on the executors: decode capture slices and write their Parquet files.
 
 The input DataFrame is ``spark.range(P)`` with one id per partition; id ``p`` selects the list of
-slices the driver packed into partition ``p`` (``JobConfig.partitions``). One ``mapInArrow`` stage
-emits the rows of every table at once: each batch has a ``table`` column and one struct column per
-table, only one of them filled, so the captures are read once and the driver splits the result
-into datasets.
+slices the driver packed into partition ``p`` (``JobConfig.partitions``). Each slice is decoded as
+a stream and its rows go, batch by batch, straight into Parquet files under the job's staging
+directory, one file per table, laid out as the final partition
+(``TABLE/capture_date=D/capture_id=C/part-SLICE-ATTEMPT.parquet``). Rows never pass through the
+JVM: Spark schedules the tasks and the driver receives only a small manifest (one row per file
+written), from which it commits the files of the successful task attempts (``job.py``). Measured
+on a 100 MB capture, handing the rows to Spark's own Parquet writer instead cost as much again as
+the decoding.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import itertools
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from amqpscope.capture import CaptureError, CaptureUnreadable, read_packets
 from amqpscope.dissect.codec import Codec, get_codec
@@ -25,12 +32,11 @@ from amqpscope.pipeline import RunStats
 from amqpscope.session import Options
 from amqpscope.validate.validator import Validator
 
-from .inputs import open_stream
+from .inputs import open_output, open_stream
 from .rows import TableRows
-from .schema import TABLE_OF_KIND, TABLES
+from .schema import PARTITION_COLUMNS, TABLE_OF_KIND, TABLES
 from .split import FlowKey, decode_slice, hash_slice, plan_slices
 
-TABLE_COLUMN = "table"
 UNKNOWN_DATE = "unknown"  # partition value for a capture without a single readable packet
 EXIT_INTERNAL = 70  # an unexpected exception in the decoder (EX_SOFTWARE): a bug, reported as a row
 
@@ -53,6 +59,7 @@ class JobConfig:
     """Everything a task needs; pickled by value into the ``mapInArrow`` closure."""
 
     partitions: tuple[tuple[Slice, ...], ...]
+    staging: str = ""  # URI of the job's staging directory, where tasks write their files
     spec: str | None = None
     ports: frozenset[int] = frozenset({5672})
     batch_rows: int = 65536  # rows per Arrow batch: bounds executor memory whatever the file size
@@ -61,13 +68,18 @@ class JobConfig:
     validate: bool = True  # run the validator stage: its findings fill the ``findings`` table
 
 
-def output_schema() -> pa.Schema:
-    """``table`` plus one nullable struct per table."""
-    return pa.schema([pa.field(TABLE_COLUMN, pa.string(), nullable=False)]
-                     + [pa.field(t.name, pa.struct(list(t.schema))) for t in TABLES.values()])  # fmt: skip
+# What each task returns to the driver: one row per file it wrote.
+MANIFEST_SCHEMA = pa.schema([
+    pa.field("table", pa.string(), nullable=False),
+    pa.field("capture", pa.string(), nullable=False),
+    pa.field("capture_date", pa.string(), nullable=False),
+    pa.field("capture_id", pa.string(), nullable=False),
+    pa.field("path", pa.string(), nullable=False),  # relative to the staging directory
+    pa.field("rows", pa.int64(), nullable=False),
+    pa.field("message", pa.string()),  # errors only: the one-line error
+])  # fmt: skip
 
 
-_OUTPUT = output_schema()
 _codecs: dict[str | None, Codec] = {}  # Python workers are reused across tasks: compile a spec once
 _validators: dict[str | None, Validator] = {}
 
@@ -87,25 +99,61 @@ def _validator(spec: str | None) -> Validator:
     return v
 
 
-def wrap(table: str, batch: pa.RecordBatch) -> pa.RecordBatch:
-    """One table's batch as an output batch (the other tables' structs are null)."""
-    n = batch.num_rows
-    arrays: list[pa.Array] = [pa.repeat(pa.scalar(table), n)]
-    for f in _OUTPUT:
-        if f.name == table:
-            arrays.append(pa.StructArray.from_arrays(batch.columns, fields=list(batch.schema)))
-        elif f.name != TABLE_COLUMN:
-            arrays.append(pa.nulls(n, f.type))
-    return pa.RecordBatch.from_arrays(arrays, schema=_OUTPUT)
+@functools.cache
+def file_schema(table: str) -> pa.Schema:
+    """A table's schema without the partition columns: those live in the directory names."""
+    schema = TABLES[table].schema
+    return pa.schema([f for f in schema if f.name not in PARTITION_COLUMNS], metadata=schema.metadata)
 
 
 def run_partitions(config: JobConfig, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """The ``mapInArrow`` function: partition ids in, table rows out."""
+    """The ``mapInArrow`` function: partition ids in, manifest rows of the files written out."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    attempt = ctx.taskAttemptId() if ctx is not None else 0
+    fs, root = open_output(config.staging)
     for rb in batches:
         for pid in rb.column(0).to_pylist():
             for sl in config.partitions[pid]:
-                for table, batch in decode_capture(sl, config):
-                    yield wrap(table, batch)
+                yield write_slice(sl, config, fs, root, attempt)
+
+
+def write_slice(sl: Slice, config: JobConfig, fs: Any, root: str, attempt: int) -> pa.RecordBatch:
+    """Decode one slice into one Parquet file per table; the manifest of those files."""
+    files: dict[str, tuple[Any, str, str]] = {}  # table -> (writer, relative path, capture_date)
+    rows: dict[str, int] = {}
+    message: dict[str, str | None] = {}
+    try:
+        for table, batch in decode_capture(sl, config):
+            entry = files.get(table)
+            if entry is None:
+                date = batch.column(batch.schema.get_field_index("capture_date"))[0].as_py()
+                folder = f"{table}/capture_date={date}/capture_id={sl.capture_id}"
+                fs.create_dir(f"{root}/{folder}", recursive=True)
+                rel = f"{folder}/part-{sl.index:05d}-{attempt}.parquet"
+                writer = pq.ParquetWriter(f"{root}/{rel}", file_schema(table), filesystem=fs, compression="snappy")
+                entry = files[table] = (writer, rel, date)
+            keep = [i for i, name in enumerate(batch.schema.names) if name not in PARTITION_COLUMNS]
+            entry[0].write_batch(pa.RecordBatch.from_arrays([batch.column(i) for i in keep],
+                                                            schema=file_schema(table)))  # fmt: skip
+            rows[table] = rows.get(table, 0) + batch.num_rows
+            if table == "errors":
+                message[table] = batch.column(batch.schema.get_field_index("message"))[0].as_py()
+    finally:
+        for writer, _rel, _date in files.values():
+            writer.close()
+    names = list(files)
+    cols = {
+        "table": names,
+        "capture": [sl.uri] * len(names),
+        "capture_date": [files[t][2] for t in names],
+        "capture_id": [sl.capture_id] * len(names),
+        "path": [files[t][1] for t in names],
+        "rows": [rows[t] for t in names],
+        "message": [message.get(t) for t in names],
+    }
+    return pa.RecordBatch.from_pydict(cols, schema=MANIFEST_SCHEMA)
 
 
 def _date(packet: RawPacket) -> str:

@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""Throughput of ``amqpscope batch`` on local[1] and local[2] against single-process decode.
+
+The archive is N copies (symlinks) of one capture: bench/data/large.pcap when it exists (recorded
+by bench/record_large.py), otherwise every shared capture. In the same run this measures:
+
+* single-process decode: ``decode_packets`` with the validator stage, the work each executor does
+  per capture, and nothing else (no output);
+* single-process decode + tables: the same plus building the Arrow tables and writing them with
+  pyarrow, i.e. the batch job's output without Spark;
+* the batch job on ``local[1]`` and ``local[2]``, each in a fresh process (its own JVM). Spark's
+  start-up (session, plus starting the Python workers with amqpscope imported) is measured and
+  reported separately from the job.
+
+Throughput is capture bytes per second of the job (start-up excluded, and shown included too).
+Usage: python bench/spark.py [--copies 4] [--capture FILE] [--masters local[1],local[2]]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+LARGE = ROOT / "bench" / "data" / "large.pcap"
+SHARED = ROOT.parent / "shared" / "captures"
+
+
+def make_archive(sources: list[Path], copies: int, where: Path) -> list[Path]:
+    files = []
+    for k in range(copies):
+        for src in sources:
+            link = where / f"copy{k:03d}_{src.name}"
+            link.symlink_to(src.resolve())
+            files.append(link)
+    return files
+
+
+def single_decode(files: list[Path]) -> dict[str, Any]:
+    from amqpscope.capture import read_packets
+    from amqpscope.dissect.codec import get_codec
+    from amqpscope.pipeline import decode_packets
+    from amqpscope.session import Options
+    from amqpscope.validate.validator import Validator
+
+    codec = get_codec()
+    validator = Validator(codec.spec)
+    events = 0
+    t = time.perf_counter()
+    for f in files:
+        for _ev in decode_packets(read_packets(f), codec, Options(keep_bodies=False), stages=(validator.stage,)):
+            events += 1
+    return {"seconds": time.perf_counter() - t, "events": events}
+
+
+def single_tables(files: list[Path], out: Path) -> dict[str, Any]:
+    """The job's worker code in this process, written with pyarrow: batch output without Spark."""
+    import pyarrow.parquet as pq
+
+    from amqpscope.spark.inputs import list_inputs
+    from amqpscope.spark.schema import TABLES
+    from amqpscope.spark.worker import JobConfig, Slice, decode_capture
+
+    caps = list_inputs([str(f) for f in files])
+    slices = tuple(Slice(c.uri, c.capture_id, c.size) for c in caps)
+    config = JobConfig(partitions=(slices,))
+    rows = 0
+    t = time.perf_counter()
+    writers: dict[str, Any] = {}
+    try:
+        for sl in slices:
+            for table, batch in decode_capture(sl, config):
+                w = writers.get(table)
+                if w is None:
+                    w = writers[table] = pq.ParquetWriter(str(out / f"{table}.parquet"), TABLES[table].schema)
+                w.write_batch(batch)
+                rows += batch.num_rows
+    finally:
+        for w in writers.values():
+            w.close()
+    return {"seconds": time.perf_counter() - t, "rows": rows}
+
+
+def spark_child(master: str, archive: str, out: str, driver_memory: str) -> dict[str, Any]:
+    """Runs in its own process: one JVM per master, so start-up is measured cold each time."""
+    t0 = time.perf_counter()
+    from amqpscope.spark.job import JobOptions, get_session, run_job
+
+    spark = get_session(master, driver_memory=driver_memory)
+    t1 = time.perf_counter()
+    cores = int(spark.sparkContext.defaultParallelism)
+    # start the Python workers and import the decoder in them, as the job's first tasks would
+    spark.range(0, cores, 1, cores).mapInArrow(_warm, "id long").collect()
+    t2 = time.perf_counter()
+    result = run_job(JobOptions(inputs=(archive,), out=out), spark)
+    t3 = time.perf_counter()
+    spark.stop()
+    return {"master": master, "session_s": t1 - t0, "warmup_s": t2 - t1, "job_s": t3 - t2, "rows": result.rows,
+            "slices": result.slices, "tasks": result.partitions}  # fmt: skip
+
+
+def _warm(batches: Any) -> Any:
+    import amqpscope.spark.worker  # noqa: F401 - the import is the point
+
+    yield from batches
+
+
+def load() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--capture", type=Path, default=None, help="capture to copy (default: bench/data/large.pcap)")
+    p.add_argument("--copies", type=int, default=4)
+    p.add_argument("--masters", default="local[1],local[2]")
+    p.add_argument("--driver-memory", default="1g")
+    p.add_argument("--no-tables-baseline", action="store_true", help="skip the single-process decode + tables run")
+    p.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--archive", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--out", default=None, help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.child:
+        print(json.dumps(spark_child(a.child, a.archive, a.out, a.driver_memory)))
+        return
+
+    if a.capture is not None:
+        sources, what = [a.capture], str(a.capture)
+    elif LARGE.exists():
+        sources, what = [LARGE], "bench/data/large.pcap"
+    else:
+        sources = sorted(SHARED.glob("*.pcap"))
+        what = f"the {len(sources)} shared captures (bench/data/large.pcap not recorded)"
+    with tempfile.TemporaryDirectory(prefix="amqpscope-bench-") as tmp:
+        tmpd = Path(tmp)
+        (tmpd / "archive").mkdir()
+        files = make_archive(sources, a.copies, tmpd / "archive")
+        size = sum(f.stat().st_size for f in files)
+        mb = size / 1e6
+        print(f"archive: {a.copies} copies of {what}: {len(files)} files, {mb:.1f} MB")
+        print(f"machine: {os.cpu_count()} cores, load average {load()} at start")
+        rows: list[tuple[str, float, str]] = []
+
+        single = single_decode(files)
+        rows.append(("single-process decode (+validate)", single["seconds"], f"{single['events']} events"))
+        if not a.no_tables_baseline:
+            (tmpd / "tables").mkdir()
+            tables = single_tables(files, tmpd / "tables")
+            rows.append(("single-process decode + tables (pyarrow)", tables["seconds"], f"{tables['rows']} rows"))
+        spark_runs = []
+        for master in a.masters.split(","):
+            env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+            proc = subprocess.run([sys.executable, __file__, "--child", master, "--archive", str(tmpd / "archive"),
+                                   "--out", str(tmpd / f"out-{master}"), "--driver-memory", a.driver_memory],
+                                  capture_output=True, text=True, env=env)  # fmt: skip
+            if proc.returncode != 0:
+                sys.exit(f"spark {master} failed:\n{proc.stderr[-3000:]}")
+            run = json.loads(proc.stdout.strip().splitlines()[-1])
+            spark_runs.append(run)
+            total_rows = sum(run["rows"].values())
+            rows.append((f"batch job {master}", run["job_s"], f"{total_rows} rows, {run['slices']} slices, {run['tasks']} tasks"))
+
+        base = single["seconds"]
+        print(f"{'variant':<44}{'seconds':>9}{'MB/s':>9}{'x single':>10}  notes")
+        for name, secs, note in rows:
+            print(f"{name:<44}{secs:>9.1f}{mb / secs:>9.1f}{base / secs:>10.2f}  {note}")
+        for run in spark_runs:
+            start = run["session_s"] + run["warmup_s"]
+            print(f"spark start-up {run['master']}: {start:.1f} s (session {run['session_s']:.1f} s, "
+                  f"python workers {run['warmup_s']:.1f} s); job incl. start-up: "
+                  f"{mb / (run['job_s'] + start):.1f} MB/s")  # fmt: skip
+        by = {r["master"]: r for r in spark_runs}
+        if "local[2]" in by:
+            print(f"local[2] vs single-process decode: {base / by['local[2]']['job_s']:.2f}x (target >= 1.6x)")
+            if "local[1]" in by:
+                print(f"local[2] vs local[1]: {by['local[1]']['job_s'] / by['local[2]']['job_s']:.2f}x")
+        print(f"load average {load()} at end")
+
+
+if __name__ == "__main__":
+    main()
