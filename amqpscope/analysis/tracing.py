@@ -14,7 +14,7 @@ and the round trip ends when the reply is delivered on the requester's connectio
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..events import Message
@@ -30,7 +30,26 @@ class _Pub:
     channel: int
     ts: float
     packet: int
-    delivered_to: set[tuple[int, int, str]] = field(default_factory=set)  # (conn, channel, consumer)
+    # the readers that received it (hashes of conn, channel, consumer): None, one, or a set for a
+    # fan-out. Memory matters: most publishes reach one reader, and up to ``capacity`` are kept.
+    delivered_to: int | set[int] | None = None
+
+    def reached(self, where: int) -> bool:
+        d = self.delivered_to
+        return d is not None and (d == where if type(d) is int else where in d)  # type: ignore[operator]
+
+    def reach(self, where: int) -> None:
+        d = self.delivered_to
+        if d is None:
+            self.delivered_to = where
+        elif type(d) is int:
+            self.delivered_to = {d, where}
+        else:
+            d.add(where)  # type: ignore[union-attr]
+
+    def fanout(self) -> int:
+        d = self.delivered_to
+        return 0 if d is None else 1 if type(d) is int else len(d)  # type: ignore[arg-type]
 
 
 @dataclass(slots=True)
@@ -69,12 +88,14 @@ class UnansweredRpc:
     state: str  # "no reply published" | "reply published, not seen delivered"
 
 
-def identity(msg: Message) -> tuple[str, str, str] | None:
+def identity(msg: Message) -> int | None:
+    """Exchange, routing key and the best id the message has, hashed: a small int per kept publish
+    (a 64-bit hash; a collision among the publishes kept at once is vanishingly unlikely)."""
     props = msg.properties or {}
     for prefix, value in (("mid", props.get("message_id")), ("cid", props.get("correlation_id")),
                           ("sha", msg.body_sha256)):  # fmt: skip
         if value:
-            return (str(msg.args.get("exchange", "")), str(msg.args.get("routing_key", "")), f"{prefix}:{value}")
+            return hash((msg.args.get("exchange", ""), msg.args.get("routing_key", ""), prefix, str(value)))
     return None
 
 
@@ -87,7 +108,7 @@ def _reply_matches(reply_to: str, routing_key: str) -> bool:
 class Tracer:
     def __init__(self, capacity: int = 200_000) -> None:
         self.capacity = capacity
-        self.pubs: OrderedDict[tuple[str, str, str], list[_Pub]] = OrderedDict()
+        self.pubs: OrderedDict[int, _Pub | list[_Pub]] = OrderedDict()  # a list only for repeats
         self.pub_count = 0
         self.latency = Reservoir()
         self.matched = 0
@@ -122,29 +143,33 @@ class Tracer:
         if key is None:
             return
         entry = _Pub(conn, msg.channel or 0, msg.ts, msg.packet)
-        lst = self.pubs.get(key)
-        if lst is None:
-            self.pubs[key] = [entry]
+        had = self.pubs.get(key)
+        if had is None:
+            self.pubs[key] = entry
+        elif type(had) is list:
+            had.append(entry)
         else:
-            lst.append(entry)
+            self.pubs[key] = [had, entry]  # type: ignore[list-item]
         self.pub_count += 1
         while self.pub_count > self.capacity:
-            _, old = self.pubs.popitem(last=False)
+            _, gone = self.pubs.popitem(last=False)
+            old = gone if type(gone) is list else [gone]
             self.pub_count -= len(old)
             self.evicted += len(old)
             for p in old:
-                self._fanout(p)
+                self._fanout(p)  # type: ignore[arg-type]
 
     def _fanout(self, p: _Pub) -> None:
-        n = len(p.delivered_to)
+        n = p.fanout()
         self.fanout[n] = self.fanout.get(n, 0) + 1
 
     def _deliver(self, msg: Message, conn: int) -> None:
         key = identity(msg)
-        lst = self.pubs.get(key) if key else None
+        had = self.pubs.get(key) if key is not None else None
+        lst: list[_Pub] | None = None if had is None else had if isinstance(had, list) else [had]
         # one consumer reads one queue: a fan-out reaching two queues consumed on the same channel
         # is two deliveries of one publish (basic.get names no queue; it counts as one reader)
-        where = (conn, msg.channel or 0, str(msg.args.get("consumer_tag", "(get)")))
+        where = hash((conn, msg.channel or 0, msg.args.get("consumer_tag", "(get)")))
         if not lst:
             self.unmatched_deliveries += 1
         elif msg.args.get("redelivered"):
@@ -152,11 +177,11 @@ class Tracer:
         else:
             # the oldest publish of that identity not yet delivered here: identical messages
             # published twice are delivered in order on one queue
-            pub = next((p for p in lst if where not in p.delivered_to), None)
+            pub = next((p for p in lst if not p.reached(where)), None)
             if pub is None:
                 self.unmatched_deliveries += 1
             else:
-                pub.delivered_to.add(where)
+                pub.reach(where)
                 self.matched += 1
                 self.cross_connection += pub.conn != conn
                 self.latency.add(max(0.0, msg.ts - pub.ts))
@@ -207,9 +232,9 @@ class Tracer:
                                                      state))  # fmt: skip
 
     def finish(self) -> None:
-        for lst in self.pubs.values():
-            for p in lst:
-                self._fanout(p)
+        for had in self.pubs.values():
+            for p in had if type(had) is list else [had]:
+                self._fanout(p)  # type: ignore[arg-type]
         self.pubs.clear()
         for cid, req in self.reqs.items():
             self._rpc_lost(cid, req)
