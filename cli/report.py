@@ -30,7 +30,7 @@ def report(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], sho
                 fh.close()
                 os.unlink(output)  # nothing could be read: no empty page left behind
                 return capture.exit_code
-            title = ", ".join(os.path.basename(f) for f in files)
+            title = ", ".join("standard input" if f == "-" else os.path.basename(f) for f in files)
             fh.write(render_html(analyzer, analyzer.report(), title))
         return capture.exit_code
 
