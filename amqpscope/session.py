@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from hashlib import sha256
 from typing import Any
 
@@ -55,17 +55,21 @@ def _ep(e: Endpoint) -> str:
     return f"[{e[0]}]:{e[1]}" if ":" in e[0] else f"{e[0]}:{e[1]}"
 
 
-@dataclass(slots=True)
 class _Content:
-    method: str
-    args: dict[str, Any]
-    first_packet: int
-    properties: dict[str, Any] | None = None
-    body_size: int = 0
-    received: int = 0
-    frames: int = 1
-    chunks: list[bytes] = field(default_factory=list)
-    sha: Any = None
+    """A message being assembled on one channel (a plain slotted class: one is made per message)."""
+
+    __slots__ = ("args", "body_size", "chunks", "first_packet", "frames", "method", "properties", "received", "sha")
+
+    def __init__(self, method: str, args: dict[str, Any], first_packet: int) -> None:
+        self.method = method
+        self.args = args
+        self.first_packet = first_packet
+        self.properties: dict[str, Any] | None = None
+        self.body_size = 0
+        self.received = 0
+        self.frames = 1
+        self.chunks: list[bytes] = []
+        self.sha: Any = None
 
 
 class Conn:

@@ -19,7 +19,10 @@ The machine may be shared: every command runs ``--repeat`` times and the best (l
 kept, with the peak RSS of that run. ``--half`` also decodes the first half of the packets (written
 next to the capture) to show that memory does not grow with the capture's size.
 
-Usage: python bench/decode.py [FILE] [--repeat N] [--half] [--skip tshark,dpkt,dpkt-count]
+Ratios above 1 mean amqpscope is faster. Wall and CPU (user + system) seconds are both shown: on a
+shared machine the CPU time is the steadier of the two.
+
+Usage: python bench/decode.py [FILE] [--repeat N] [--half] [--skip no-validate,tshark,dpkt,dpkt-count]
 """
 
 from __future__ import annotations
@@ -57,26 +60,31 @@ def server_port(path: Path) -> int:
     raise SystemExit(f"{path}: no AMQP protocol header in the first 100000 packets")
 
 
-def timed(cmd: list[str], stdout: str) -> tuple[float, int, int]:
-    """(wall seconds, peak RSS KiB, exit code) of one run; stdout redirected to the file ``stdout``."""
+def timed(cmd: list[str], stdout: str) -> tuple[float, int, int, float]:
+    """(wall seconds, peak RSS KiB, exit code, CPU seconds) of one run; stdout to the file ``stdout``."""
     with tempfile.NamedTemporaryFile("r", suffix=".rss") as rss, open(stdout, "wb") as out:
         t = time.perf_counter()
-        proc = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", rss.name, *cmd], stdout=out,
+        proc = subprocess.run(["/usr/bin/time", "-f", "%M %U %S", "-o", rss.name, *cmd], stdout=out,
                               stderr=subprocess.PIPE, check=False)  # fmt: skip
         wall = time.perf_counter() - t
         text = Path(rss.name).read_text().strip().splitlines()
     if proc.returncode != 0:
         sys.stderr.write(proc.stderr.decode(errors="replace")[-2000:])
-    return wall, int(text[-1]) if text else 0, proc.returncode
+    rss_kib, user, system = text[-1].split() if text else ("0", "0", "0")
+    return wall, int(rss_kib), proc.returncode, float(user) + float(system)
+
+
+CPU: dict[tuple[str, ...], float] = {}  # best CPU seconds per command, for the CPU-time table
 
 
 def best(cmd: list[str], repeat: int, stdout: str = os.devnull) -> tuple[float, int, list[float]]:
     runs = [timed(cmd, stdout) for _ in range(repeat)]
-    for _w, _r, code in runs:
+    for _w, _r, code, _cpu in runs:
         if code != 0:
             raise SystemExit(f"command failed ({code}): {' '.join(cmd)}")
-    walls = [w for w, _r, _c in runs]
+    walls = [w for w, _r, _c, _cpu in runs]
     i = walls.index(min(walls))
+    CPU[tuple(cmd)] = min(cpu for *_x, cpu in runs)
     return walls[i], runs[i][1], walls
 
 
@@ -102,7 +110,7 @@ def main() -> int:
     ap.add_argument("capture", nargs="?", type=Path, default=ROOT / "bench" / "data" / "large.pcap")
     ap.add_argument("--repeat", type=int, default=3, help="runs per command; the best is kept (default 3)")
     ap.add_argument("--half", action="store_true", help="also measure the first half of the capture")
-    ap.add_argument("--skip", default="", help="comma-separated: tshark, dpkt, dpkt-count")
+    ap.add_argument("--skip", default="", help="comma-separated: no-validate, tshark, dpkt, dpkt-count")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     path: Path = args.capture
@@ -128,34 +136,51 @@ def main() -> int:
     dpkt_count_cmd = dpkt_cmd[:-1]
 
     rows: list[tuple[str, str, float, int, list[float], str]] = []
+    cmds: list[list[str]] = []
     wall, rss, walls = best(ours_cmd, args.repeat)
-    rows.append(("amqpscope", " ".join(["amqpscope", *ours_cmd[1:]]) + " > /dev/null", wall, rss, walls,
-                 f"{our_count(path, port)} of {truth['frames']} frames"))  # fmt: skip
+    ours_seen = f"{our_count(path, port)} of {truth['frames']} frames"
+    rows.append(("amqpscope", " ".join(["amqpscope", *ours_cmd[1:]]) + " > /dev/null", wall, rss, walls, ours_seen))
+    cmds.append(ours_cmd)
+    novalidate_cmd = [*ours_cmd[:-1], "--no-validate", str(path)]
+    if "no-validate" not in skip:
+        wall, rss, walls = best(novalidate_cmd, args.repeat)
+        rows.append(("amqpscope --no-validate", "amqpscope decode --format jsonl --no-validate FILE > /dev/null", wall,
+                     rss, walls, "(same frames, no inline findings)"))  # fmt: skip
+        cmds.append(novalidate_cmd)
     if "tshark" not in skip:
         with tempfile.NamedTemporaryFile(suffix=".txt") as out:
             wall, rss, walls = best(tshark_cmd, args.repeat, out.name)
             seen = sum(len(line.split(b",")) for line in Path(out.name).read_bytes().splitlines() if line.strip())
         rows.append(("tshark", " ".join(tshark_cmd) + " > OUT", wall, rss, walls, f"{seen} of {methods} method frames"))
+        cmds.append(tshark_cmd)
     if "dpkt" not in skip:
         wall, rss, walls = best(dpkt_cmd, args.repeat)
         proc = subprocess.run(dpkt_count_cmd, capture_output=True, check=True)
         seen = json.loads(proc.stderr.decode().strip().splitlines()[-1])["frames"]
         rows.append(("dpkt+pamqp", "python bench/dpkt_pamqp.py FILE --port PORT --jsonl > /dev/null", wall, rss,
                      walls, f"{seen} of {truth['frames']} frames"))  # fmt: skip
+        cmds.append(dpkt_cmd)
     if "dpkt-count" not in skip:
         wall, rss, walls = best(dpkt_count_cmd, args.repeat)
         rows.append(("dpkt+pamqp (no output)", "python bench/dpkt_pamqp.py FILE --port PORT", wall, rss, walls,
                      "(decode only, writes nothing)"))  # fmt: skip
+        cmds.append(dpkt_count_cmd)
 
     print()
-    print(f"{'tool':<24} {'best s':>8} {'frames/s':>10} {'peak RSS':>10}  runs (s)             frames seen")
-    for name, _cmd, wall, rss, walls, seen in rows:
-        print(f"{name:<24} {wall:>8.2f} {truth['frames'] / wall:>10,.0f} {rss / 1024:>7.1f} MiB  "
-              f"{' '.join(f'{w:.2f}' for w in walls):<20} {seen}")  # fmt: skip
+    print(
+        f"{'tool':<24} {'best s':>8} {'CPU s':>7} {'frames/s':>10} {'peak RSS':>10}  runs (s)             frames seen"
+    )
+    for (name, _cmd, wall, rss, walls, seen), cmd in zip(rows, cmds, strict=True):
+        print(f"{name:<24} {wall:>8.2f} {CPU[tuple(cmd)]:>7.2f} {truth['frames'] / wall:>10,.0f} "
+              f"{rss / 1024:>7.1f} MiB  {' '.join(f'{w:.2f}' for w in walls):<20} {seen}")  # fmt: skip
     print()
-    ours = rows[0][2]
-    for name, _cmd, wall, _rss, _walls, _seen in rows[1:]:
-        print(f"{name} / amqpscope = {wall / ours:.2f}  (amqpscope is {wall / ours:.2f}x as fast)")
+    for ref in (0, 1) if len(rows) > 1 and rows[1][0].endswith("--no-validate") else (0,):
+        ours, ours_cpu = rows[ref][2], CPU[tuple(cmds[ref])]
+        for (name, _cmd, wall, _rss, _walls, _seen), cmd in zip(rows, cmds, strict=True):
+            if name.startswith("amqpscope"):
+                continue
+            cpu = CPU[tuple(cmd)]
+            print(f"{name} / {rows[ref][0]}: wall {wall / ours:.2f}x, CPU {cpu / ours_cpu:.2f}x")
     print()
     for name, cmd, *_ in rows:
         print(f"  {name}: {cmd}")

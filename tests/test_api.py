@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from hashlib import sha256
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,7 @@ def test_read_iterates_typed_events_in_packet_order() -> None:
     assert publish.args and publish.args["routing_key"] and publish.class_id == 60 and publish.method_id == 40
     messages = [e for e in events if isinstance(e, Message)]
     assert len(messages) == 10 and all(m.complete and m.body is not None for m in messages)
+    assert all(m.body is not None and m.body_sha256 == sha256(m.body).hexdigest() for m in messages)
     with pytest.raises(AttributeError):
         publish.channel = 9  # type: ignore[misc]  # events are frozen
 
@@ -89,3 +91,22 @@ def test_ports_and_spec_arguments() -> None:
     spec09 = Path(amqpscope.__file__).parent / "dissect" / "specs" / "amqp0-9.xml"
     frames = [e for e in amqpscope.read(path, spec=spec09) if isinstance(e, Frame)]
     assert len(frames) == 199 and not [f for f in frames if f.problem]
+
+
+@pytest.mark.skipif(not CAPTURES.is_dir(), reason="shared captures not present")
+def test_large_bodies_assembled_exactly() -> None:
+    """s05: a 1 MiB body in 257 frames of frame_max 4096, an empty body, a 5 MiB body; each message's
+    bytes are the concatenation of its body frames (checked against the frames themselves)."""
+    events = list(amqpscope.read(CAPTURES / "s05_pika_large_bodies.pcap"))
+    bodies: dict[tuple[int, str | None, int | None], list[bytes]] = {}
+    checked = 0
+    for e in events:
+        if isinstance(e, Frame) and e.type == "body":
+            bodies.setdefault((e.conn, e.dir, e.channel), []).append(e.payload or b"")
+        elif isinstance(e, Message):
+            raw = b"".join(bodies.pop((e.conn, e.dir, e.channel), []))
+            assert e.complete and e.body == raw and len(raw) == e.body_size
+            assert e.body_sha256 == sha256(raw).hexdigest()
+            checked += 1
+    sizes = sorted(m.body_size for m in events if isinstance(m, Message))
+    assert checked == 8 and sizes[0] == 0 and sizes[-1] == 5 * 2**20 and 2**20 in sizes
