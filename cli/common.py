@@ -62,7 +62,7 @@ def options_from(ports: tuple[int, ...], show_credentials: bool, keep_bodies: bo
 
 def open_capture(path: str) -> IO[bytes]:
     try:
-        return open(path, "rb")  # noqa: SIM115 - closed by CaptureRun
+        return open(path, "rb")  # closed by CaptureRun
     except OSError as exc:
         raise CaptureUnreadable(f"cannot read capture '{path}': {exc.strerror or exc}") from None
 
