@@ -290,3 +290,31 @@ def test_a_capture_that_starts_mid_channel_blames_nobody(captures_dir: Path, tmp
     d = analyse(amqpscope.read(cut)).report()["deliveries"]
     assert d["before_capture"] == 2 and d["bad_acks"] == []
     assert d["double_ack"] == d["unknown_tag"] == d["wrong_channel"] == 0
+
+
+def test_connection_keyed_dict_finds_a_connections_keys() -> None:
+    from amqpscope.analysis.common import ConnKeyed
+
+    d: ConnKeyed[tuple[int, int], str] = ConnKeyed()
+    d[(1, 2)] = "a"
+    d[(1, 1)] = "b"
+    d[(2, 1)] = "c"
+    d.setdefault((3, 1), "d")
+    assert d.keys_of(1) == [(1, 1), (1, 2)] and d.conns() == [1, 2, 3]
+    del d[(1, 1)]
+    assert d.pop((1, 2)) == "a" and d.pop((1, 2), None) is None
+    assert d.keys_of(1) == [] and d.conns() == [2, 3] and dict(d) == {(2, 1): "c", (3, 1): "d"}
+
+
+def test_many_concurrent_connections_end_independently() -> None:
+    s = Script()
+    n = 2000
+    for conn in range(n):
+        _consumer(s, conn=conn, tag=f"c{conn}")
+        _deliver(s, 1, ctag=f"c{conn}", conn=conn)
+    for conn in range(n):
+        if conn % 2:
+            s.c("basic.ack", conn=conn, delivery_tag=1, multiple=False)
+        s.end(conn=conn, ended="fin")
+    d = _run(s)
+    assert (d["delivered"], d["acked"], d["released_at_close"], d["outstanding"]) == (n, n // 2, n // 2, 0)
