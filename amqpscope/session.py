@@ -272,12 +272,14 @@ class Conn:
             return
         if ftype == FRAME_HEADER:
             cache = self.sess.header_cache
-            hit = cache.get(payload)
+            small = len(payload) <= _CACHED_HEADER
+            hit = cache.get(payload) if small else None
             if hit is None:
                 hit = self._decode_header(payload)
-                if len(cache) >= _CACHE_ENTRIES:
-                    cache.clear()
-                cache[payload] = hit
+                if small:
+                    if len(cache) >= _CACHE_ENTRIES:
+                        cache.clear()
+                    cache[payload] = hit
             class_id, _weight, body_size, props, problem = hit
             out.append(_new_frame(packet, ts, self.id, d, channel, "header", len(payload), class_id, None, None, None,
                                   body_size, props, resync, problem, None))  # fmt: skip
@@ -392,6 +394,7 @@ _new_message = _positional(Message, ("packet", "ts", "conn", "dir", "channel", "
                                      "body_size", "body_received", "complete", "first_packet", "frames", "body_sha256",
                                      "body"))  # fmt: skip
 _CACHED_PAYLOAD = 256  # method payloads up to this size are looked up before decoding
+_CACHED_HEADER = 1024  # the same for content headers: the caches hold at most a few MiB
 _CACHE_ENTRIES = 4096  # per cache; cleared when full (deliveries differ by tag and would only churn)
 
 
