@@ -6,7 +6,16 @@ the fuzz campaigns and their figures.
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
+import random
+import sys
 import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import CAPTURES
 
 from amqpscope.dissect.codec import get_codec
 from amqpscope.dissect.stream import FrameItem, FrameStream, MalformedItem, ResyncItem
@@ -14,6 +23,18 @@ from amqpscope.dissect.wire import encode_frame
 
 CODEC = get_codec()
 HEADER = b"AMQP\x00\x00\x09\x01"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _fuzz_module() -> Any:
+    spec = importlib.util.spec_from_file_location("amqpscope_tools_fuzz", ROOT / "tools" / "fuzz.py")
+    assert spec is not None and spec.loader is not None
+    module = sys.modules.get(spec.name)
+    if module is None:
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+    return module
 
 
 def _stream() -> FrameStream:
@@ -96,3 +117,21 @@ def test_gap_inside_held_back_frame_skips_to_the_next_frame() -> None:
     assert items[1].lost_frame == "body frame on channel 1, 5000 bytes"  # type: ignore[union-attr]
     acc = fs.accounting
     assert acc.balanced() and acc.gap_bytes == 1500
+
+
+def test_cli_seed_1004485_rich_tree_is_fast(tmp_path: Path) -> None:
+    """Reported by the cli campaign (seed 1004485, ``decode -T rich -V --body full``): the run
+    passed its 15 s limit inside rich's first, lazy import of its emoji table while the machine was
+    saturated. Not reproducible (the replay takes well under a second), kept as a time bound on the
+    same input. The input is rebuilt from the seed; its digest pins the corpus it came from."""
+    if not CAPTURES.is_dir():
+        pytest.skip("the campaign's corpus includes the shared captures")
+    fuzz = _fuzz_module()
+    corpus = fuzz.build_corpus(fuzz.seed_files())
+    rng = random.Random(1004485)
+    data = fuzz.make_input("cli", rng, corpus)
+    if hashlib.sha256(data).hexdigest() != "f43dd36805a715fca65ed82edcd00324350e3dc0b141ee4dee06d9afc28b99a5":
+        pytest.skip("the seed captures changed: the input of seed 1004485 cannot be rebuilt")
+    t0 = time.perf_counter()
+    fuzz.run_cli(data, rng, tmp_path)  # raises on a traceback, a bad exit code or more than one error line
+    assert time.perf_counter() - t0 < 10
