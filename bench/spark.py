@@ -6,6 +6,8 @@ by bench/record_large.py), otherwise every shared capture. In the same run this 
 
 * single-process decode: ``decode_packets`` with the validator stage, the work each executor does
   per capture, and nothing else (no output);
+* ``amqpscope decode --format jsonl`` (validation on, JSONL to /dev/null): the command line's
+  single-process decode with its output;
 * single-process decode + tables: the same plus building the Arrow tables and writing them with
   pyarrow, i.e. the batch job's output without Spark;
 * the batch job on ``local[1]`` and ``local[2]``, each in a fresh process (its own JVM). Spark's
@@ -61,6 +63,18 @@ def single_decode(files: list[Path]) -> dict[str, Any]:
         for _ev in decode_packets(read_packets(f), codec, Options(keep_bodies=False), stages=(validator.stage,)):
             events += 1
     return {"seconds": time.perf_counter() - t, "events": events}
+
+
+def cli_decode(files: list[Path]) -> dict[str, Any]:
+    """``amqpscope decode --format jsonl`` over the archive (validation on, as by default)."""
+    exe = Path(sys.executable).with_name("amqpscope")
+    t = time.perf_counter()
+    with open(os.devnull, "w") as sink:
+        proc = subprocess.run([str(exe), "decode", "--format", "jsonl", "--no-progress", *map(str, files)],
+                              stdout=sink, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    if proc.returncode != 0:
+        sys.exit(f"amqpscope decode failed: {proc.stderr[-2000:]}")
+    return {"seconds": time.perf_counter() - t}
 
 
 def single_tables(files: list[Path], out: Path) -> dict[str, Any]:
@@ -156,6 +170,8 @@ def main() -> None:
 
         single = single_decode(files)
         rows.append(("single-process decode (+validate)", single["seconds"], f"{single['events']} events"))
+        cli = cli_decode(files)
+        rows.append(("amqpscope decode --format jsonl (1 process)", cli["seconds"], "JSONL to /dev/null"))
         if not a.no_tables_baseline:
             (tmpd / "tables").mkdir()
             tables = single_tables(files, tmpd / "tables")
@@ -184,7 +200,8 @@ def main() -> None:
                   f"{mb / (run['job_s'] + start):.1f} MB/s")  # fmt: skip
         by = {r["master"]: r for r in spark_runs}
         if "local[2]" in by:
-            print(f"local[2] vs single-process decode: {base / by['local[2]']['job_s']:.2f}x (target >= 1.6x)")
+            print(f"local[2] vs single-process decode (no output): {base / by['local[2]']['job_s']:.2f}x; "
+                  f"vs amqpscope decode --format jsonl: {cli['seconds'] / by['local[2]']['job_s']:.2f}x (target >= 1.6x)")
             if "local[1]" in by:
                 print(f"local[2] vs local[1]: {by['local[1]']['job_s'] / by['local[2]']['job_s']:.2f}x")
         print(f"load average {load()} at end")

@@ -245,6 +245,15 @@ def test_rerun_replaces_rows_never_duplicates(spark: Any, first_run: dict[str, A
     assert len(tables["captures"]) == len(first_run["tables"]["captures"])
 
 
+@pytest.mark.spark
+def test_output_of_another_schema_version_is_refused(spark: Any, tmp_path: Path, captures_dir: Path) -> None:
+    from amqpscope.spark.job import JobError
+
+    (tmp_path / "_amqpscope.json").write_text('{"schema_version": 0}')
+    with pytest.raises(JobError, match="schema version 0"):
+        run_job(JobOptions(inputs=(str(captures_dir / "s08_pika_heartbeat.pcap"),), out=str(tmp_path)), spark)
+
+
 # --- Hadoop listing, command line ----------------------------------------------------------------
 
 

@@ -144,13 +144,13 @@ def _log4j_file() -> str:
 
 def plan_slices(captures: Sequence[Capture], parallelism: int, split_bytes: int) -> list[Slice]:
     """Every capture as one slice, or as several when it alone would keep one core busy long
-    after the others are done: above ``split_bytes`` and above a share of the whole input."""
+    after the others are done: above ``split_bytes`` and above one core's share of the input."""
     total = sum(c.size or 0 for c in captures)
-    target = max(split_bytes, total / (2 * parallelism))
+    target = max(split_bytes, total / parallelism)
     out: list[Slice] = []
     for cap in captures:
         size = cap.size or 0
-        count = max(1, min(parallelism, math.ceil(size / target))) if size > split_bytes else 1
+        count = max(1, min(parallelism, math.ceil(size / target))) if size > target else 1
         out += [Slice(cap.uri, cap.capture_id, cap.size, i, count) for i in range(count)]
     return out
 
@@ -224,12 +224,14 @@ def _commit(spark: Any, out: str, staging: str, files: list[dict[str, Any]]) -> 
 
 
 def _normalise_out(out: str, spark: Any) -> str:
+    """A full URI for the output, so the driver (Hadoop) and the executors (pyarrow) agree on it:
+    a bare path is local with a local master, else on the cluster's default filesystem."""
     out = out.rstrip("/") or "/"
-    if is_local(out) and not out.startswith("file:"):
-        master = spark.sparkContext.master
-        if local_master(master):
-            return "file://" + os.path.abspath(out)
-    return out
+    if is_local(out) and not out.startswith("file:") and local_master(spark.sparkContext.master):
+        return "file://" + os.path.abspath(out)
+    fs, path = _fs(spark, out)
+    uri = str(fs.makeQualified(path).toString())
+    return "file://" + uri[len("file:") :] if uri.startswith("file:/") and not uri.startswith("file://") else uri
 
 
 # --- the output directory through Hadoop's FileSystem (local, hdfs://, s3a:// alike) --------------

@@ -45,6 +45,30 @@ def map_items(d: dict[str, Any] | None) -> list[tuple[str, str]] | None:
     return [(k, (text(v.__class__) or dumps)(v)) for k, v in d.items()]
 
 
+def _text(v: Any) -> str:
+    return (_TEXT.get(v.__class__) or dumps)(v)  # type: ignore[no-any-return]
+
+
+def map_array(dicts: list[dict[str, Any] | None], typ: pa.DataType = MAP) -> pa.Array:
+    """Dicts as one map<string,string> array, built from flat key and value lists (one C-level
+    ``extend`` per row instead of a list of tuples per row); the values as ``map_items`` does."""
+    offsets = [0]
+    keys: list[str] = []
+    raw: list[Any] = []
+    nulls = 0
+    for d in dicts:
+        if d is None:
+            nulls += 1
+        else:
+            keys.extend(d)
+            raw.extend(d.values())
+        offsets.append(len(keys))
+    values = [v if v.__class__ is str else _text(v) for v in raw]
+    mask = pa.array([d is None for d in dicts], pa.bool_()) if nulls else None
+    return pa.MapArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(keys, pa.string()),
+                                   pa.array(values, pa.string()), type=typ, mask=mask)  # fmt: skip
+
+
 def _array(values: list[Any], typ: pa.DataType) -> pa.Array:
     if values.count(None) == len(values):  # a C loop: most columns are empty for most batches
         return pa.nulls(len(values), typ)
@@ -94,7 +118,12 @@ class TableRows:
                 arrays.append(micros.cast(f.type))
             else:
                 values = columns.get(f.name)
-                arrays.append(pa.nulls(n, f.type) if values is None else _array(values, f.type))
+                if values is None:
+                    arrays.append(pa.nulls(n, f.type))
+                elif isinstance(values, pa.Array):
+                    arrays.append(values)
+                else:
+                    arrays.append(map_array(values, f.type) if f.type == MAP else _array(values, f.type))
         self.events.clear()
         self.rows.clear()
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
@@ -114,7 +143,7 @@ class TableRows:
                 columns[name] = None
                 continue
             values = list(map(attrgetter(name), events)) if owners == len(classes) else [getattr(e, name, None) for e in events]
-            columns[name] = list(map(map_items, values)) if f.type == MAP else values
+            columns[name] = map_array(values, f.type) if f.type == MAP else values
         if self.table.promoted:
             columns.update(self._promoted(events, classes))
         return columns

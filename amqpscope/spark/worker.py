@@ -176,6 +176,9 @@ def _mine(sl: Slice, config: JobConfig) -> Callable[[FlowKey], bool] | None:
     return lambda key: plan.get(key, hash_slice(key, sl.count)) == sl.index
 
 
+_UNSEEN: Any = object()
+
+
 def decode_capture(sl: Slice, config: JobConfig) -> Iterator[tuple[str, pa.RecordBatch]]:
     """(table, batch) pairs of one capture slice; a read error becomes an ``errors`` row after
     the rows decoded before it."""
@@ -199,14 +202,19 @@ def decode_capture(sl: Slice, config: JobConfig) -> Iterator[tuple[str, pa.Recor
             # per slice: connection checks are exact; the few that look across connections
             # (exclusive queues, exchanges declared elsewhere) see only this slice's connections
             events = _validator(config.spec).stage(events)
+        sinks: dict[type, TableRows | None] = {}  # event class -> its table (None: not stored)
+        limit = config.batch_rows
         for ev in events:
-            name = TABLE_OF_KIND.get(ev.kind)
-            table = rows.get(name) if name else None
+            cls = ev.__class__
+            table = sinks.get(cls, _UNSEEN)
+            if table is _UNSEEN:
+                table = sinks[cls] = rows.get(TABLE_OF_KIND.get(ev.kind, ""))
             if table is None:
                 continue
-            table.add(ev)
-            if len(table) >= config.batch_rows:
-                written += len(table)
+            buf = table.events
+            buf.append(ev)
+            if len(buf) >= limit:
+                written += len(buf)
                 yield table.table.name, table.cut()
     except OSError as exc:  # opening failed (local open or a remote filesystem)
         error = CaptureUnreadable(f"cannot read capture {sl.uri!r}: {exc.strerror or exc}")
