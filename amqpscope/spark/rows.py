@@ -5,8 +5,9 @@ with C-level loops (``map(attrgetter(name), events)``), and a column that no eve
 fills becomes ``pa.nulls`` without a per-row step. Measured on bench/data/large.pcap this is
 about 3× cheaper than appending every field of every event to per-column lists as it arrives
 (an events row has ~50 columns, most of them null for any one frame), which had made building
-the tables cost more than decoding. Promoted argument and property columns are filled in one
-pass over each row's few arguments. Columns that are the same for the whole capture (capture
+the tables cost more than decoding. Maps are built from flat key/value lists, and the promoted
+argument and property columns by one pyarrow scan of those keys per promoted key, so Python
+touches only the entries that match. Columns that are the same for the whole capture (capture
 URI, partition values) and ``time`` (derived from ``ts``) are vectorised.
 """
 
@@ -27,6 +28,7 @@ _PY = {pa.string(): str, pa.int64(): int, pa.bool_(): bool}  # exact class check
 _ARGS = {key: (key, _PY[typ]) for key, typ in PROMOTED_ARGS}  # argument -> (column, class)
 _PROPS = {key: (col, _PY[typ]) for key, col, typ in PROMOTED_PROPERTIES}
 _PROMOTED = frozenset(c for c, _ in _ARGS.values()) | frozenset(c for c, _ in _PROPS.values())
+_SOURCES = {"args": _ARGS, "properties": _PROPS}
 
 
 def _bool_text(v: bool) -> str:
@@ -49,24 +51,57 @@ def _text(v: Any) -> str:
     return (_TEXT.get(v.__class__) or dumps)(v)  # type: ignore[no-any-return]
 
 
+class _Flat:
+    """A column of dicts flattened: keys, raw values and the row of each entry."""
+
+    def __init__(self, dicts: list[dict[str, Any] | None]) -> None:
+        offsets = [0]
+        keys: list[str] = []
+        raw: list[Any] = []
+        nulls = 0
+        for d in dicts:
+            if d is None:
+                nulls += 1
+            else:
+                keys.extend(d)
+                raw.extend(d.values())
+            offsets.append(len(keys))
+        self.n = len(dicts)
+        self.raw = raw
+        self.keys = pa.array(keys, pa.string())
+        self.offsets = pa.array(offsets, pa.int32())
+        self.mask = pa.array([d is None for d in dicts], pa.bool_()) if nulls else None
+
+    def map_array(self, typ: pa.DataType = MAP) -> pa.Array:
+        values = [v if v.__class__ is str else _text(v) for v in self.raw]
+        return pa.MapArray.from_arrays(self.offsets, self.keys, pa.array(values, pa.string()), type=typ,
+                                       mask=self.mask)  # fmt: skip
+
+    def pick(self, spec: dict[str, tuple[str, type]]) -> dict[str, list[Any]]:
+        """Typed columns of chosen keys: the entries are found by pyarrow (a C scan per key);
+        Python touches only the entries that match."""
+        out: dict[str, list[Any]] = {}
+        parents: list[int] | None = None
+        for key, (col, cls) in spec.items():
+            hits = pc.indices_nonzero(pc.equal(self.keys, key)).to_pylist()
+            if not hits:
+                continue
+            if parents is None:
+                parents = pc.list_parent_indices(pa.ListArray.from_arrays(self.offsets, self.keys)).to_pylist()
+            values: list[Any] = [None] * self.n
+            raw = self.raw
+            for p in hits:
+                v = raw[p]
+                if v.__class__ is cls:
+                    values[parents[p]] = v
+            out[col] = values
+        return out
+
+
 def map_array(dicts: list[dict[str, Any] | None], typ: pa.DataType = MAP) -> pa.Array:
     """Dicts as one map<string,string> array, built from flat key and value lists (one C-level
     ``extend`` per row instead of a list of tuples per row); the values as ``map_items`` does."""
-    offsets = [0]
-    keys: list[str] = []
-    raw: list[Any] = []
-    nulls = 0
-    for d in dicts:
-        if d is None:
-            nulls += 1
-        else:
-            keys.extend(d)
-            raw.extend(d.values())
-        offsets.append(len(keys))
-    values = [v if v.__class__ is str else _text(v) for v in raw]
-    mask = pa.array([d is None for d in dicts], pa.bool_()) if nulls else None
-    return pa.MapArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(keys, pa.string()),
-                                   pa.array(values, pa.string()), type=typ, mask=mask)  # fmt: skip
+    return _Flat(dicts).map_array(typ)
 
 
 def _array(values: list[Any], typ: pa.DataType) -> pa.Array:
@@ -113,7 +148,7 @@ class TableRows:
         for f in self.schema:
             if f.name in self.constants:
                 arrays.append(pa.repeat(pa.scalar(self.constants[f.name], f.type), n))
-            elif f.name == "time":
+            elif f.name == "time" and n:
                 micros = pc.cast(pc.multiply(pa.array(columns["ts"], pa.float64()), 1e6), pa.int64(), safe=False)
                 arrays.append(micros.cast(f.type))
             else:
@@ -131,6 +166,8 @@ class TableRows:
     def _event_columns(self, events: list[Event]) -> dict[str, Any]:
         classes = set(map(type, events))
         columns: dict[str, Any] = {}
+        if not classes:
+            return columns  # an empty batch: every column is pa.nulls(0)
         for f in self.schema:
             name = f.name
             if name in self.constants or name == "time" or (self.table.promoted and name in _PROMOTED):
@@ -143,26 +180,11 @@ class TableRows:
                 columns[name] = None
                 continue
             values = list(map(attrgetter(name), events)) if owners == len(classes) else [getattr(e, name, None) for e in events]
-            columns[name] = map_array(values, f.type) if f.type == MAP else values
-        if self.table.promoted:
-            columns.update(self._promoted(events, classes))
+            if f.type == MAP:
+                flat = _Flat(values)
+                columns[name] = flat.map_array(f.type)
+                if self.table.promoted and name in _SOURCES:
+                    columns.update(flat.pick(_SOURCES[name]))  # the typed columns of this map
+            else:
+                columns[name] = values
         return columns
-
-    def _promoted(self, events: list[Event], classes: set[type]) -> dict[str, list[Any] | None]:
-        """The typed argument/property columns: one pass over each row's arguments."""
-        out: dict[str, list[Any] | None] = {}
-        n = len(events)
-        for source, spec in (("args", _ARGS), ("properties", _PROPS)):
-            if not any(source in self._names(c) for c in classes):
-                continue
-            for i, d in enumerate(getattr(e, source, None) for e in events):
-                if not d:
-                    continue
-                for key, value in d.items():
-                    target = spec.get(key)
-                    if target is not None and value.__class__ is target[1]:
-                        col = out.get(target[0])
-                        if col is None:
-                            col = out[target[0]] = [None] * n
-                        col[i] = value
-        return out
