@@ -34,6 +34,14 @@ class Event:
         return make(self)  # type: ignore[no-any-return]
 
 
+def record_maker(cls: type) -> Any:
+    """The compiled ``to_record`` of an event class (for loops that call it per event)."""
+    make = _RECORD_MAKERS.get(cls)
+    if make is None:
+        make = _RECORD_MAKERS[cls] = _record_maker(cls)
+    return make
+
+
 _FIELDS_CACHE: dict[type, tuple[str, ...]] = {}
 _RECORD_MAKERS: dict[type, Any] = {}
 
@@ -42,7 +50,7 @@ def _record_maker(cls: type) -> Any:
     # One dict display per event class, compiled once: to_record runs for every output event.
     items = ", ".join(f"{name!r}: e.{name}" for name in _record_fields(cls))
     kind = cls.kind  # type: ignore[attr-defined]
-    return eval(f"lambda e: {{'kind': {kind!r}, {items}}}")  # noqa: S307 - names come from the dataclass
+    return eval(f"lambda e: {{'kind': {kind!r}, {items}}}")  # the names come from the dataclass
 
 
 def _record_fields(cls: type) -> tuple[str, ...]:
@@ -202,7 +210,7 @@ def _fast_init(cls: type) -> None:
             ns[f"d{i}"] = f.default
             params.append(f"{f.name}=d{i}")
         body.append(f"    s{i}(self, {f.name})")
-    exec(f"def __init__(self, *, {', '.join(params)}):\n" + "\n".join(body), ns)  # noqa: S102
+    exec(f"def __init__(self, *, {', '.join(params)}):\n" + "\n".join(body), ns)
     cls.__init__ = ns["__init__"]  # type: ignore[misc]
 
 

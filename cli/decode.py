@@ -103,10 +103,14 @@ def decode(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], sho
         try:
             stages = () if no_validate else (Validator(codec.spec).stage,)
             body_mode, write = writer.body, writer.write
-            for ev in progress.wrap(capture.events(stages), capture.position):
-                rec = ev.to_record() if body_mode == "none" else record(ev, body_mode)
-                if predicate is None or predicate(rec):
-                    write(ev, rec)
+            events = progress.wrap(capture.events(stages), capture.position)
+            if isinstance(writer, JsonlWriter) and predicate is None and body_mode == "none":
+                writer.write_all(events)  # the plain `decode > file.jsonl`: its own tight loop
+            else:
+                for ev in events:
+                    rec = ev.to_record() if body_mode == "none" else record(ev, body_mode)
+                    if predicate is None or predicate(rec):
+                        write(ev, rec)
             if stats:
                 for _path, st in capture.stats:
                     ev = st.accounting_event()

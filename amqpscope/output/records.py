@@ -30,7 +30,8 @@ def _default(value: Any) -> Any:
 
 
 _OPTIONS = orjson.OPT_SERIALIZE_NUMPY if hasattr(orjson, "OPT_SERIALIZE_NUMPY") else 0
-_LINE_OPTIONS = _OPTIONS | orjson.OPT_APPEND_NEWLINE
+_LINE_OPTIONS = LINE_OPTIONS = _OPTIONS | orjson.OPT_APPEND_NEWLINE
+default = _default  # for writers that call orjson themselves
 
 
 def dumpb(value: Any) -> bytes:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import csv
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TextIO
 
-from ..events import Event
-from .records import dumpb_line, dumps, record
+import orjson
+
+from ..events import Event, record_maker
+from .records import LINE_OPTIONS, default, dumpb_line, dumps, record
 from .summary import summary
 
 CSV_COLUMNS = ("kind", "packet", "ts", "conn", "dir", "channel", "type", "class_id", "method_id", "method",
@@ -54,10 +56,30 @@ class JsonlWriter(Writer):
             if self.flush_each:
                 self._flush_out()
 
+    def write_all(self, events: Iterable[Event]) -> None:
+        """Every event's record (no body, no filter), as ``write`` would: the loop of a plain
+        ``decode --format jsonl``, with the per-event calls of ``to_record`` and ``write`` inlined."""
+        if self.flush_each:
+            for ev in events:
+                self.write(ev, ev.to_record())
+            return
+        makers: dict[type, Callable[[Event], dict[str, Any]]] = {}
+        encode, opt, batch = orjson.dumps, LINE_OPTIONS, self.BATCH
+        lines = self._lines
+        append = lines.append
+        for ev in events:
+            make = makers.get(type(ev))
+            if make is None:
+                make = makers[type(ev)] = record_maker(type(ev))
+            append(encode(make(ev), default=default, option=opt))
+            if len(lines) >= batch:
+                self._sink(b"".join(lines))
+                lines.clear()
+
     def _drain(self) -> None:
         if self._lines:
             self._sink(b"".join(self._lines))
-            self._lines = []
+            self._lines.clear()
 
     def close(self) -> None:
         self._drain()
