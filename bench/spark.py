@@ -15,6 +15,8 @@ by bench/record_large.py), otherwise every shared capture. In the same run this 
   reported separately from the job.
 
 Throughput is capture bytes per second of the job (start-up excluded, and shown included too).
+The machine this runs on may be shared, so CPU seconds are reported too (the job's: the driver,
+the JVM and the Python workers, read from /proc), which load does not inflate as it does wall time.
 Usage: python bench/spark.py [--copies 4] [--capture FILE] [--masters local[1],local[2]]
 """
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -58,23 +61,25 @@ def single_decode(files: list[Path]) -> dict[str, Any]:
     codec = get_codec()
     validator = Validator(codec.spec)
     events = 0
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     for f in files:
         for _ev in decode_packets(read_packets(f), codec, Options(keep_bodies=False), stages=(validator.stage,)):
             events += 1
-    return {"seconds": time.perf_counter() - t, "events": events}
+    return {"seconds": time.perf_counter() - t, "cpu": time.process_time() - c, "events": events}
 
 
 def cli_decode(files: list[Path]) -> dict[str, Any]:
     """``amqpscope decode --format jsonl`` over the archive (validation on, as by default)."""
     exe = Path(sys.executable).with_name("amqpscope")
+    c = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     with open(os.devnull, "w") as sink:
         proc = subprocess.run([str(exe), "decode", "--format", "jsonl", "--no-progress", *map(str, files)],
                               stdout=sink, stderr=subprocess.PIPE, text=True)  # fmt: skip
     if proc.returncode != 0:
         sys.exit(f"amqpscope decode failed: {proc.stderr[-2000:]}")
-    return {"seconds": time.perf_counter() - t}
+    d = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {"seconds": time.perf_counter() - t, "cpu": d.ru_utime + d.ru_stime - c.ru_utime - c.ru_stime}
 
 
 def single_tables(files: list[Path], out: Path) -> dict[str, Any]:
@@ -89,7 +94,7 @@ def single_tables(files: list[Path], out: Path) -> dict[str, Any]:
     slices = tuple(Slice(c.uri, c.capture_id, c.size) for c in caps)
     config = JobConfig(partitions=(slices,))
     rows = 0
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     writers: dict[str, Any] = {}
     try:
         for sl in slices:
@@ -102,7 +107,7 @@ def single_tables(files: list[Path], out: Path) -> dict[str, Any]:
     finally:
         for w in writers.values():
             w.close()
-    return {"seconds": time.perf_counter() - t, "rows": rows}
+    return {"seconds": time.perf_counter() - t, "cpu": time.process_time() - c, "rows": rows}
 
 
 def spark_child(master: str, archive: str, out: str, driver_memory: str) -> dict[str, Any]:
@@ -115,12 +120,35 @@ def spark_child(master: str, archive: str, out: str, driver_memory: str) -> dict
     cores = int(spark.sparkContext.defaultParallelism)
     # start the Python workers and import the decoder in them, as the job's first tasks would
     spark.range(0, cores, 1, cores).mapInArrow(_warm, "id long").collect()
-    t2 = time.perf_counter()
+    t2, c2 = time.perf_counter(), tree_cpu()
     result = run_job(JobOptions(inputs=(archive,), out=out), spark)
-    t3 = time.perf_counter()
+    t3, c3 = time.perf_counter(), tree_cpu()  # the JVM and the Python workers are still alive here
     spark.stop()
     return {"master": master, "session_s": t1 - t0, "warmup_s": t2 - t1, "job_s": t3 - t2, "rows": result.rows,
-            "slices": result.slices, "tasks": result.partitions}  # fmt: skip
+            "slices": result.slices, "tasks": result.partitions, "cpu": c3 - c2}  # fmt: skip
+
+
+def tree_cpu() -> float:
+    """CPU seconds (user + system) of this process and all its live descendants, from /proc:
+    the JVM and the Python workers are not children that Python waits for."""
+    tick = os.sysconf("SC_CLK_TCK")
+    stats: dict[int, tuple[int, float]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        stats[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
+    mine, grew = {os.getpid()}, True
+    while grew:
+        grew = False
+        for pid, (ppid, _cpu) in stats.items():
+            if ppid in mine and pid not in mine:
+                mine.add(pid)
+                grew = True
+    return sum(stats[p][1] for p in mine if p in stats)
 
 
 def _warm(batches: Any) -> Any:
@@ -166,16 +194,18 @@ def main() -> None:
         mb = size / 1e6
         print(f"archive: {a.copies} copies of {what}: {len(files)} files, {mb:.1f} MB")
         print(f"machine: {os.cpu_count()} cores, load average {load()} at start")
-        rows: list[tuple[str, float, str]] = []
+        rows: list[tuple[str, float, str, float]] = []
 
         single = single_decode(files)
-        rows.append(("single-process decode (+validate)", single["seconds"], f"{single['events']} events"))
+        rows.append(("single-process decode (+validate)", single["seconds"], f"{single['events']} events",
+                     single["cpu"]))  # fmt: skip
         cli = cli_decode(files)
-        rows.append(("amqpscope decode --format jsonl (1 process)", cli["seconds"], "JSONL to /dev/null"))
+        rows.append(("amqpscope decode --format jsonl (1 process)", cli["seconds"], "JSONL to /dev/null", cli["cpu"]))
         if not a.no_tables_baseline:
             (tmpd / "tables").mkdir()
             tables = single_tables(files, tmpd / "tables")
-            rows.append(("single-process decode + tables (pyarrow)", tables["seconds"], f"{tables['rows']} rows"))
+            rows.append(("single-process decode + tables (pyarrow)", tables["seconds"], f"{tables['rows']} rows",
+                         tables["cpu"]))  # fmt: skip
         spark_runs = []
         for master in a.masters.split(","):
             env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
@@ -187,12 +217,13 @@ def main() -> None:
             run = json.loads(proc.stdout.strip().splitlines()[-1])
             spark_runs.append(run)
             total_rows = sum(run["rows"].values())
-            rows.append((f"batch job {master}", run["job_s"], f"{total_rows} rows, {run['slices']} slices, {run['tasks']} tasks"))
+            rows.append((f"batch job {master}", run["job_s"], f"{total_rows} rows, {run['slices']} slices, "
+                         f"{run['tasks']} tasks", run["cpu"]))  # fmt: skip
 
         base = single["seconds"]
-        print(f"{'variant':<44}{'seconds':>9}{'MB/s':>9}{'x single':>10}  notes")
-        for name, secs, note in rows:
-            print(f"{name:<44}{secs:>9.1f}{mb / secs:>9.1f}{base / secs:>10.2f}  {note}")
+        print(f"{'variant':<44}{'seconds':>9}{'MB/s':>9}{'x single':>10}{'CPU s':>8}  notes")
+        for name, secs, note, cpu in rows:
+            print(f"{name:<44}{secs:>9.1f}{mb / secs:>9.1f}{base / secs:>10.2f}{cpu:>8.1f}  {note}")
         for run in spark_runs:
             start = run["session_s"] + run["warmup_s"]
             print(f"spark start-up {run['master']}: {start:.1f} s (session {run['session_s']:.1f} s, "
@@ -204,6 +235,12 @@ def main() -> None:
                   f"vs amqpscope decode --format jsonl: {cli['seconds'] / by['local[2]']['job_s']:.2f}x (target >= 1.6x)")
             if "local[1]" in by:
                 print(f"local[2] vs local[1]: {by['local[1]']['job_s'] / by['local[2]']['job_s']:.2f}x")
+        if "local[1]" in by:
+            cpu = by["local[1]"]["cpu"]
+            print(f"CPU per MB: single-process decode {single['cpu'] / mb:.3f} s, amqpscope decode --format jsonl "
+                  f"{cli['cpu'] / mb:.3f} s, batch job local[1] {cpu / mb:.3f} s (all processes of the job); on 2 idle "
+                  f"cores local[2] could reach {2 * single['cpu'] / cpu:.2f}x single-process decode, "
+                  f"{2 * cli['cpu'] / cpu:.2f}x amqpscope decode --format jsonl")  # fmt: skip
         print(f"load average {load()} at end")
 
 
