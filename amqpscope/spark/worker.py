@@ -15,10 +15,14 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import hashlib
 import itertools
+import os
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from importlib import resources
 from typing import Any
 
 import pyarrow as pa
@@ -26,6 +30,7 @@ import pyarrow.parquet as pq
 
 from amqpscope.capture import CaptureError, CaptureUnreadable, read_packets
 from amqpscope.dissect.codec import Codec, get_codec
+from amqpscope.dissect.spec import DEFAULT_SPEC, bundled_spec_path
 from amqpscope.events import Event
 from amqpscope.packets import RawPacket
 from amqpscope.pipeline import RunStats
@@ -87,8 +92,23 @@ _validators: dict[str | None, Validator] = {}
 def _codec(spec: str | None) -> Codec:
     codec = _codecs.get(spec)
     if codec is None:
-        codec = _codecs[spec] = get_codec(spec)
+        codec = _codecs[spec] = get_codec(_spec_file(spec))
     return codec
+
+
+def _spec_file(spec: str | None) -> str | None:
+    """The spec file to build the codec from. Shipped with ``--py-files amqpscope.zip`` the
+    package's spec is inside the zip, not a file the spec loader can open: extract it once."""
+    if spec is not None or bundled_spec_path().is_file():
+        return spec
+    data = (resources.files("amqpscope.dissect") / "specs" / DEFAULT_SPEC).read_bytes()
+    path = os.path.join(tempfile.gettempdir(), f"amqpscope-{hashlib.sha1(data).hexdigest()[:12]}-{DEFAULT_SPEC}")
+    if not os.path.exists(path):
+        tmp = f"{path}.{os.getpid()}"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    return path
 
 
 def _validator(spec: str | None) -> Validator:
