@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -52,15 +53,46 @@ def decode_packets(
     ``idle_timeout_ns`` evicts flows without packets for that long (capture time); live capture sets
     it so that memory stays bounded over hours, files leave it off (their flows end at end of file).
     """
-    events: Iterator[Event] = _decode(packets, codec or get_codec(), options or Options(), stats or RunStats(),
-                                      idle_timeout_ns)
-    for stage in stages:
+    batches, rest = _batched(packets, codec, options, stats, stages, idle_timeout_ns)
+    events: Iterator[Event] = chain.from_iterable(batches)
+    for stage in rest:
         events = stage(events)
     return events
 
 
+def decode_batches(
+    packets: Iterable[RawPacket],
+    codec: Codec | None = None,
+    options: Options | None = None,
+    stats: RunStats | None = None,
+    stages: Iterable[Callable[[Iterator[Event]], Iterator[Event]]] = (),
+) -> Iterator[list[Event]]:
+    """``decode_packets`` as lists of events (those of one TCP event each), in the same order:
+    ``chain.from_iterable`` of it is the event stream without a generator step per event."""
+    batches, rest = _batched(packets, codec, options, stats, stages, None)
+    if not rest:
+        return batches
+    events: Iterator[Event] = chain.from_iterable(batches)
+    for stage in rest:
+        events = stage(events)
+    return ([ev] for ev in events)
+
+
+def _batched(packets: Iterable[RawPacket], codec: Codec | None, options: Options | None, stats: RunStats | None,
+             stages: Iterable[Callable[[Iterator[Event]], Iterator[Event]]], idle_timeout_ns: int | None,
+             ) -> tuple[Iterator[list[Event]], list[Callable[[Iterator[Event]], Iterator[Event]]]]:  # fmt: skip
+    """The decoder's batches through the leading stages that take batches (``stage.batches``, like
+    the validator's), and the stages left to run per event. A generator that resumes once per event
+    costs more than the work of the lighter events themselves."""
+    batches = _decode(packets, codec or get_codec(), options or Options(), stats or RunStats(), idle_timeout_ns)
+    rest = list(stages)
+    while rest and hasattr(rest[0], "batches"):
+        batches = rest.pop(0).batches(batches)  # type: ignore[attr-defined]
+    return batches, rest
+
+
 def _decode(packets: Iterable[RawPacket], codec: Codec, options: Options, stats: RunStats,
-            idle_timeout_ns: int | None = None) -> Iterator[Event]:
+            idle_timeout_ns: int | None = None) -> Iterator[list[Event]]:
     parser = SegmentParser()
     parse = parser.parse
     reasm = TcpReassembler(idle_timeout_ns=idle_timeout_ns)
@@ -77,7 +109,9 @@ def _decode(packets: Iterable[RawPacket], codec: Codec, options: Options, stats:
                 continue
             tcp += 1
             for tev in feed(seg):
-                yield from handle(tev)
+                out = handle(tev)
+                if out:
+                    yield out
     except GeneratorExit:
         raise  # the consumer stopped listening: nothing more to say
     except (Exception, KeyboardInterrupt) as exc:
@@ -86,10 +120,10 @@ def _decode(packets: Iterable[RawPacket], codec: Codec, options: Options, stats:
     stats.skipped = dict(getattr(parser, "skipped", {}) or {})
     last_ts = 0
     for tev in reasm.finish():
-        yield from handle(tev)
+        yield handle(tev)
         last_ts = getattr(tev, "ts_ns", last_ts)
     for conn in list(session.conns.values()):
-        yield from conn.close("eof", n, last_ts)
+        yield conn.close("eof", n, last_ts)
     stats.accounting = session.accounting()
     if error is not None:
         raise error

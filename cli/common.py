@@ -21,7 +21,7 @@ from amqpscope.dissect.codec import Codec, get_codec
 from amqpscope.dissect.spec import SpecError
 from amqpscope.events import Event
 from amqpscope.filter import FilterError
-from amqpscope.pipeline import RunStats, decode_packets
+from amqpscope.pipeline import RunStats, decode_batches
 from amqpscope.session import Options
 
 EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
@@ -94,6 +94,10 @@ class CaptureRun:
             return self._consumed
 
     def events(self, stages: tuple[Callable[[Iterator[Event]], Iterator[Event]], ...] = ()) -> Iterator[Event]:
+        return itertools.chain.from_iterable(self.batches(stages))
+
+    def batches(self, stages: tuple[Callable[[Iterator[Event]], Iterator[Event]], ...] = ()) -> Iterator[list[Event]]:
+        """The events of every file in lists (see ``decode_batches``)."""
         for path in self.files:
             stats = RunStats()
             self.stats.append((path, stats))
@@ -103,7 +107,7 @@ class CaptureRun:
                 packets = read_packets(source)
                 if self.max_packets is not None:
                     packets = itertools.islice(packets, self.max_packets)
-                yield from decode_packets(packets, self.codec, self.options, stats, stages)
+                yield from decode_batches(packets, self.codec, self.options, stats, stages)
                 unsupported = sorted(k.rsplit(" ", 1)[1] for k in stats.skipped if k.startswith("unsupported link"))
                 if unsupported and not stats.tcp_packets:
                     raise UnsupportedLinkType(
