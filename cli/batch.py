@@ -67,6 +67,12 @@ def batch(inputs: tuple[str, ...], out: str, master: str | None, spec: str | Non
             load_codec(spec)  # a bad spec is one line here, not a failed task on every executor
         opts = JobOptions(inputs=inputs, out=out, master=master, spec=spec, ports=frozenset({5672, *ports}),
                           split_bytes=split_size, partitions=partitions, driver_memory=driver_memory, conf=conf)  # fmt: skip
+        from amqpscope.spark.inputs import InputError, is_local, list_inputs
+
+        try:
+            list_inputs([i for i in inputs if is_local(i)])  # a missing local input fails before a JVM starts
+        except InputError as exc:
+            fail(str(exc))
         try:
             spark = get_session(master, driver_memory, conf)
         except Exception as exc:
