@@ -289,9 +289,16 @@ def _confirm(cat: Catalogue, cs: ConnState, ch: ChanState, ev: Frame, args: dict
         out.append(cat.finding(ev, "delivery-tag.non-zero", VIOLATION, f"{ev.method} from the server with delivery-tag 0"))
         return
     if args.get("multiple"):
-        done = {t for t in ch.unconfirmed if t <= tag}
-        if done or tag in ch.unconfirmed:
-            ch.unconfirmed -= done
+        unconfirmed, low = ch.unconfirmed, ch.confirmed_below
+        if tag - low < len(unconfirmed):
+            # tags below `low` were all settled before: look only at the tags since, not at the
+            # whole window of outstanding publishes on every ack
+            done = {t for t in range(low, tag + 1) if t in unconfirmed}
+        else:
+            done = {t for t in unconfirmed if t <= tag}
+        ch.confirmed_below = max(low, tag + 1)  # nothing at or below tag is left unconfirmed
+        if done or tag in unconfirmed:
+            unconfirmed -= done
             return
     elif tag in ch.unconfirmed:
         ch.unconfirmed.discard(tag)

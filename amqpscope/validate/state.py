@@ -36,6 +36,7 @@ class ChanState:
     confirm: bool = False
     published: int = 0  # publishes since confirm.select (the server's ack tags count these)
     unconfirmed: set[int] = field(default_factory=set)
+    confirmed_below: int = 1  # every publish tag below this is confirmed (none is in unconfirmed)
     unacked: set[int] = field(default_factory=set)  # delivery tags the client still has to settle
     max_tag: int = 0
     consumers: dict[str, bool] = field(default_factory=dict)  # active consumer tag -> no-ack
