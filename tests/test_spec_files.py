@@ -258,7 +258,7 @@ def _fields_diff(where: str, own: tuple, ref: tuple) -> list[str]:
     rn = [f["name"] for f in ref]
     if on != rn:
         return [f"{where} field names/order: own {on} != ref {rn}"]
-    for a, b in zip(own, ref):
+    for a, b in zip(own, ref, strict=True):
         for key in ("domain", "type", "reserved", "asserts", "rules"):
             if a[key] != b[key]:
                 out.append(

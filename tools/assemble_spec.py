@@ -994,7 +994,7 @@ def assemble(seeds: Path) -> str:
                         doc.text = "Why the server blocked the connection (for example a resource alarm)."
     normalise(root)
     xml = ET.tostring(root, encoding="unicode")
-    comments = "\n".join(f"<!--{c}-->" for c in prolog + [PROVENANCE])
+    comments = "\n".join(f"<!--{c}-->" for c in [*prolog, PROVENANCE])
     return '<?xml version="1.0"?>\n' + comments + "\n\n" + xml + "\n"
 
 
