@@ -1,7 +1,7 @@
 """What every subcommand shares: input options, opening captures, one-line errors, exit codes.
 
 Exit codes: 0 fine; 1 findings at or above --fail-on (validate); 2 usage, spec or filter error;
-3 capture unreadable; 4 not a capture; 5 truncated capture; 6 corrupt capture; 7 no packet of a
+3 capture unreadable; 4 not a capture; 5 truncated capture; 6 corrupt capture; 11 no packet of a
 supported link type; 130 interrupted. (Capture arguments are ``click.Path(readable=False)`` so that
 an unreadable file is exit 3 with one line, not click's three-line usage error.)
 """
@@ -70,7 +70,7 @@ def open_capture(path: str) -> IO[bytes]:
 class UnsupportedLinkType(CaptureError):
     """Every packet is of a link type the decoder does not know: nothing could be decoded."""
 
-    exit_code = 7
+    exit_code = 11  # 7-10 are the live capture's errors (sniff)
 
 
 class CaptureRun:

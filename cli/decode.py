@@ -28,7 +28,7 @@ def make_writer(fmt: str, body: str, verbose: bool, out: IO[str] | None = None) 
     if fmt == "auto":
         fmt = "rich" if out.isatty() else "jsonl"
     if fmt == "rich":
-        return ConsoleWriter(Console(file=out, highlight=False), body=body, verbose=verbose)
+        return ConsoleWriter(Console(file=out, highlight=False, emoji=False), body=body, verbose=verbose)
     return WRITERS[fmt](out, body)
 
 

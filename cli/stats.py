@@ -88,7 +88,7 @@ def stats(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], show
             if chosen == "json":
                 out.write(dumps(report) + "\n")
             else:
-                render(report, Console(file=out, highlight=False, width=None if out.isatty() else 160))
+                render(report, Console(file=out, highlight=False, emoji=False, width=None if out.isatty() else 160))
         finally:
             if output:
                 out.close()

@@ -42,7 +42,7 @@ def _where(path: str, f: Finding, several: bool) -> str:
 
 
 def _render(out: IO[str], groups: list[_Group], counts: dict[str, int], files: tuple[str, ...], first: int) -> None:
-    console = Console(file=out, highlight=False, width=None if out.isatty() else 160)
+    console = Console(file=out, highlight=False, emoji=False, width=None if out.isatty() else 160)
     several = len(files) > 1
     if not groups:
         console.print("[green]no findings[/]: every connection follows the spec's grammars, asserts and rules")

@@ -326,3 +326,22 @@ def test_good_file_then_bad_file_keeps_the_good_output(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["decode", "--format", "jsonl", "--no-validate", str(HELLO), str(bad)])
     assert result.exit_code == 4
     assert [json.loads(x) for x in result.stdout.splitlines()] == jsonl(HELLO)
+
+
+def test_rich_view_shows_emoji_codes_in_data_literally(tmp_path: Path) -> None:
+    """A routing key ':cat:' is data: rich must not turn it into an emoji (found by the robustness work)."""
+    from amqpscope.testing.synth import Capture
+
+    cap = Capture()
+    conn = cap.connection()
+    conn.handshake()
+    conn.open_channel(1)
+    conn.publish(1, body=b"meow", routing_key=":cat:")
+    conn.close()
+    path = tmp_path / "emoji.pcap"
+    cap.write(str(path))
+    from amqpscope.cli.main import cli
+    from click.testing import CliRunner
+
+    out = CliRunner().invoke(cli, ["decode", "-T", "rich", "-V", str(path)]).output
+    assert ":cat:" in out and "\N{CAT FACE}" not in out

@@ -414,7 +414,7 @@ _CLI_COMMANDS = (
     ["flow", "-T", "text"],
     ["report", "-o", "{out}/report.html"],
 )
-CLI_EXIT_CODES = (0, 1, 2, 3, 4, 5, 6, 7)  # 1: validate findings; 2: e.g. flow without a connection
+CLI_EXIT_CODES = (0, 1, 2, 3, 4, 5, 6, 11)  # 1: validate findings; 2: e.g. flow without a connection
 
 
 def run_cli(data: bytes, rng: random.Random, workdir: Path) -> None:
