@@ -23,13 +23,14 @@ from .common import CaptureRun, input_options, load_codec, options_from, run_gua
 FORMATS = ["auto", "rich", "jsonl", "json", "csv", "table"]
 
 
-def make_writer(fmt: str, body: str, verbose: bool, out: IO[str] | None = None) -> Writer:
+def make_writer(fmt: str, body: str | None, verbose: bool, out: IO[str] | None = None) -> Writer:
+    """The writer for --format; without --body the terminal view previews bodies, the others leave them out."""
     out = out or sys.stdout
     if fmt == "auto":
         fmt = "rich" if out.isatty() else "jsonl"
     if fmt == "rich":
-        return ConsoleWriter(Console(file=out, highlight=False, emoji=False), body=body, verbose=verbose)
-    return WRITERS[fmt](out, body)
+        return ConsoleWriter(Console(file=out, highlight=False, emoji=False), body=body or "preview", verbose=verbose)
+    return WRITERS[fmt](out, body or "none")
 
 
 class _Progress:
@@ -94,9 +95,7 @@ def decode(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], sho
     def run() -> int:
         predicate = compile_filter(display_filter)
         codec = load_codec(spec)
-        writer = make_writer(fmt, body or "none", verbose)
-        if body is None and isinstance(writer, ConsoleWriter):
-            writer.body = "preview"
+        writer = make_writer(fmt, body, verbose)
         capture = CaptureRun(files, codec, options_from(ports, show_credentials, keep_bodies=writer.body != "none"))
         capture.max_packets = count
         progress = _Progress(files, enabled=(not no_progress and not isinstance(writer, JsonlWriter)) or False)

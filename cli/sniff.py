@@ -26,7 +26,6 @@ import click
 from amqpscope.events import Connection, Finding, Frame, Message
 from amqpscope.filter import compile_filter
 from amqpscope.live import BACKENDS, BUFFER_BYTES, DEFAULT_FILTER, LiveCapture, LiveCaptureError, LiveStats
-from amqpscope.output.console import ConsoleWriter
 from amqpscope.output.records import dumps, record
 from amqpscope.output.writers import JsonlWriter
 from amqpscope.packets import RawPacket
@@ -146,9 +145,7 @@ def sniff(iface: str, bpf: str | None, spec: str | None, ports: tuple[int, ...],
     def run() -> int:
         predicate = compile_filter(display_filter)
         codec = load_codec(spec)
-        writer = make_writer(fmt, body or "none", verbose)
-        if body is None and isinstance(writer, ConsoleWriter):
-            writer.body = "preview"
+        writer = make_writer(fmt, body, verbose)
         if isinstance(writer, JsonlWriter):
             writer.flush_each = True
         flush_out = None if isinstance(writer, JsonlWriter) else writer.out.flush
