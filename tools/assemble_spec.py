@@ -781,6 +781,15 @@ BLOCKED_LABELS = {
     "unblocked": "server unblocks the connection",
 }
 
+PROVENANCE_09 = b"<!-- amqpscope: AMQP 0-9 as in seed 002, unchanged below this comment. -->\n"
+
+
+def with_provenance_09(seed: bytes) -> bytes:
+    """Seed 002 with the provenance comment after its XML declaration."""
+    end = seed.index(b"?>") + 2
+    return seed[:end] + b"\n" + PROVENANCE_09.rstrip(b"\n") + seed[end:]
+
+
 PROVENANCE = (
     " amqpscope: assembled by tools/assemble_spec.py from seeds 003 (header, constants,\n"
     "     domains, connection, start of channel), 000 and 001 (channel ... basic.nack) and\n"
@@ -1018,8 +1027,9 @@ def main(argv: list[str] | None = None) -> int:
     xml = assemble(args.seeds)
     ET.fromstring(re.sub(r"^<\?xml[^>]*\?>", "", xml))  # well-formedness check
     (args.out / "amqp0-9-1.xml").write_text(xml, encoding="utf-8")
-    # amqp0-9.xml: seed 002 is the complete 0-9 XML; copy it byte for byte.
-    (args.out / "amqp0-9.xml").write_bytes((args.seeds / SEED_002).read_bytes())
+    # amqp0-9.xml: seed 002 is the complete 0-9 XML; its content is kept byte for byte, with only a
+    # provenance comment after the XML declaration (the project's file says where it came from).
+    (args.out / "amqp0-9.xml").write_bytes(with_provenance_09((args.seeds / SEED_002).read_bytes()))
     print(
         f"wrote {args.out / 'amqp0-9-1.xml'} and {args.out / 'amqp0-9.xml'}",
         file=sys.stderr,
