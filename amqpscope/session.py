@@ -152,6 +152,12 @@ class Conn:
         if self.amqp is None:
             self.amqp = False  # never confirmed: not reported
         if self.amqp and not self.closed:
+            if not self.opened:
+                # a flow on an AMQP port that ended before any byte of AMQP (SYN then RST: a refused
+                # connection): still a connection, and every close follows its open
+                self.opened = True
+                out = [self._open_event(), *self.pending, *out]
+                self.pending = []
             for (d, ch), content in list(self.contents.items()):
                 out.append(self._message(d, ch, content, packet, ts_ns, complete=False))
             self.contents.clear()

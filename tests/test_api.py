@@ -110,3 +110,20 @@ def test_large_bodies_assembled_exactly() -> None:
             checked += 1
     sizes = sorted(m.body_size for m in events if isinstance(m, Message))
     assert checked == 8 and sizes[0] == 0 and sizes[-1] == 5 * 2**20 and 2**20 in sizes
+
+
+def test_refused_connection_is_opened_and_closed(tmp_path: Path) -> None:
+    """A SYN to the AMQP port answered by RST carries no AMQP, but it is a connection attempt: the
+    event stream has its open before its close, as for every other connection."""
+    from amqpscope.packets import ACK, RST, SYN
+    from amqpscope.pcapwrite import TcpConversation, write_pcap
+
+    conv = TcpConversation()
+    conv.packet(True, SYN)
+    conv.packet(False, RST | ACK)
+    path = tmp_path / "refused.pcap"
+    write_pcap(path, conv.records, conv.linktype)
+    events = list(amqpscope.read(path))
+    assert [(type(e).__name__, getattr(e, "state", None)) for e in events] == [
+        ("Connection", "open"), ("Connection", "close")]  # fmt: skip
+    assert events[1].ended == "rst" and events[0].conn == events[1].conn  # type: ignore[attr-defined]
