@@ -21,6 +21,7 @@ from __future__ import annotations
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from itertools import chain
 
 from amqpscope.dissect.codec import Codec
 from amqpscope.events import Event
@@ -77,6 +78,18 @@ def decode_slice(
     With ``mine=None`` every flow is decoded and the events are those of ``decode_packets``.
     Errors of the capture are re-raised after what was decoded before them is flushed.
     """
+    return chain.from_iterable(slice_batches(packets, codec, options, stats, mine))
+
+
+def slice_batches(
+    packets: Iterable[RawPacket],
+    codec: Codec,
+    options: Options,
+    stats: RunStats,
+    mine: Callable[[FlowKey], bool] | None = None,
+) -> Iterator[list[Event]]:
+    """``decode_slice`` as lists of events (those of one TCP event each), like
+    ``pipeline.decode_batches``: no generator step per event."""
     parser = SegmentParser()
     parse = parser.parse
     reasm = TcpReassembler()
@@ -107,7 +120,9 @@ def decode_slice(
             tcp += 1
             for tev in feed(seg):
                 if wanted(tev):
-                    yield from handle(tev)
+                    out = handle(tev)
+                    if out:
+                        yield out
     except GeneratorExit:
         raise
     except Exception as exc:  # a truncated or corrupt file: flush what was decoded, then re-raise
@@ -116,10 +131,10 @@ def decode_slice(
     last_ts = 0
     for tev in reasm.finish():
         if wanted(tev):
-            yield from handle(tev)
+            yield handle(tev)
         last_ts = getattr(tev, "ts_ns", last_ts)
     for conn in list(session.conns.values()):
-        yield from conn.close("eof", n, last_ts)
+        yield conn.close("eof", n, last_ts)
     stats.accounting = session.accounting()
     if error is not None:
         raise error

@@ -34,14 +34,14 @@ from amqpscope.dissect.codec import Codec, get_codec
 from amqpscope.dissect.spec import DEFAULT_SPEC, bundled_spec_path
 from amqpscope.events import Event
 from amqpscope.packets import RawPacket
-from amqpscope.pipeline import RunStats
+from amqpscope.pipeline import RunStats, decode_batches
 from amqpscope.session import Options
 from amqpscope.validate.validator import Validator
 
 from .inputs import open_output, open_stream
 from .rows import TableRows
 from .schema import PARTITION_COLUMNS, TABLE_OF_KIND, TABLES
-from .split import FlowKey, decode_slice, hash_slice, plan_slices
+from .split import FlowKey, hash_slice, plan_slices, slice_batches
 
 UNKNOWN_DATE = "unknown"  # partition value for a capture without a single readable packet
 EXIT_INTERNAL = 70  # an unexpected exception in the decoder (EX_SOFTWARE): a bug, reported as a row
@@ -223,25 +223,37 @@ def decode_capture(sl: Slice, config: JobConfig) -> Iterator[tuple[str, pa.Recor
         if first is not None:
             constants["capture_date"] = _date(first)
             packets = itertools.chain((first,), packets)
-        events: Iterator[Event] = decode_slice(packets, _codec(config.spec), options, stats, _mine(sl, config))
-        if config.validate:
-            # per slice: connection checks are exact; the few that look across connections
-            # (exclusive queues, exchanges declared elsewhere) see only this slice's connections
-            events = _validator(config.spec).stage(events)
-        sinks: dict[type, TableRows | None] = {}  # event class -> its table (None: not stored)
-        limit = config.batch_rows
-        for ev in events:
-            cls = ev.__class__
-            table = sinks.get(cls, _UNSEEN)
-            if table is _UNSEEN:
-                table = sinks[cls] = rows.get(TABLE_OF_KIND.get(ev.kind, ""))
-            if table is None:
-                continue
-            buf = table.events
-            buf.append(ev)
-            if len(buf) >= limit:
-                written += len(buf)
-                yield table.table.name, table.cut()
+        mine = _mine(sl, config)
+        codec = _codec(config.spec)
+        # per slice: connection checks are exact; the few that look across connections
+        # (exclusive queues, exchanges declared elsewhere) see only this slice's connections
+        stages = (_validator(config.spec).stage,) if config.validate else ()
+        batches: Iterator[list[Event]]
+        if mine is None:  # the whole capture: exactly the single-process pipeline
+            batches = decode_batches(packets, codec, options, stats, stages=stages)
+        else:
+            batches = slice_batches(packets, codec, options, stats, mine)
+            for stage in stages:
+                batches = stage.batches(batches)
+        # event class -> the append of its table's buffer (None: not stored)
+        sinks: dict[type, Callable[[Event], None] | None] = {}
+        buffers = [(table, table.events) for table in rows.values() if table.table.classes]
+        limit = room = config.batch_rows  # no buffer can be full before ``room`` more events came
+        for evs in batches:  # lists of the events of one TCP event: a few, rarely hundreds
+            for ev in evs:
+                add = sinks.get(ev.__class__, _UNSEEN)
+                if add is _UNSEEN:
+                    table = rows.get(TABLE_OF_KIND.get(ev.kind, ""))
+                    add = sinks[ev.__class__] = table.add if table is not None else None
+                if add is not None:
+                    add(ev)
+            room -= len(evs)
+            if room <= 0:
+                for table, buf in buffers:
+                    while len(buf) >= limit:
+                        written += limit
+                        yield table.table.name, table.cut(limit)
+                room = limit - max((len(buf) for _table, buf in buffers), default=0)
     except OSError as exc:  # opening failed (local open or a remote filesystem)
         error = CaptureUnreadable(f"cannot read capture {sl.uri!r}: {exc.strerror or exc}")
     except Exception as exc:  # CaptureError, or a decoder bug: this capture stops, the job goes on
