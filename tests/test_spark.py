@@ -23,14 +23,15 @@ import pytest
 
 from amqpscope.capture import CaptureError, TruncatedCapture, read_packets
 from amqpscope.dissect.codec import get_codec
-from amqpscope.events import EVENT_TYPES, Event, Frame
+from amqpscope.events import EVENT_TYPES, Event, Frame, Gap, ProtocolHeader, Resync
 from amqpscope.output.records import dumps
 from amqpscope.pipeline import RunStats, decode_packets
 from amqpscope.session import Options
 from amqpscope.spark import schema
 from amqpscope.spark.inputs import Capture, list_inputs, local_path
 from amqpscope.spark.job import JobOptions, pack, plan_slices, run_job
-from amqpscope.spark.split import decode_slice, flow_key, hash_slice
+from amqpscope.spark.rows import TableRows, distinct, map_items
+from amqpscope.spark.split import decode_slice, flow_key, hash_slice, slice_batches
 from amqpscope.spark.split import plan_slices as plan_flows
 from amqpscope.spark.worker import Slice
 from amqpscope.validate.validator import Validator
@@ -320,6 +321,100 @@ def test_flow_plan_balances_heavy_flows(captures_dir: Path) -> None:
     plan = plan_flows(read_packets(path), 2, plan_bytes=1 << 30)
     assert set(plan.values()) == {0, 1}
     assert flow_key(("b", 1), ("a", 2)) == flow_key(("a", 2), ("b", 1))
+
+
+# --- building the Arrow batches (no Spark) --------------------------------------------------------
+
+
+def _cut_rows(table: schema.Table, batches: list[list[Event]]) -> list[dict[str, Any]]:
+    rows = TableRows(table, {"capture": "file:///x.pcap", "capture_id": "c0", "capture_date": "2026-01-01"})
+    out: list[dict[str, Any]] = []
+    for evs in batches:
+        rows.events.extend(evs)
+        batch = rows.cut()
+        assert batch.schema == table.schema and len(rows) == 0
+        out += batch.to_pylist()
+    return out
+
+
+def _check_rows(table: schema.Table, events: list[Event], got: list[dict[str, Any]]) -> None:
+    """Row for row, in order: the values of ``to_record`` (``expected_row``), map entries in the
+    dict's own order, and ``time`` from ``ts``."""
+    assert actual_rows(table, got) == [expected_row(table, "file:///x.pcap", ev) for ev in events]
+    for ev, row in zip(events, got, strict=True):
+        for name in ("args", "properties", "client_properties", "server_properties"):
+            if name in row:
+                assert row[name] == map_items(getattr(ev, name, None))
+        assert row["time"] == dt.datetime.fromtimestamp(int(ev.ts * 1e6) / 1e6, dt.UTC)
+
+
+@pytest.mark.parametrize("size", [1, 7, 300, 65536])
+def test_table_rows_equal_records_in_any_batching(captures_dir: Path, size: int) -> None:
+    """Every event table built from a decode of several captures, cut into batches of ``size``
+    events: single-class batches, batches mixing a few runs of classes, empty maps, shared dicts."""
+    by_table: dict[str, list[Event]] = {}
+    for name in ("s07_pika_many_channels.pcap", "s09_pika_errors.pcap", "s06_pika_rich_properties.pcap"):
+        events, _err = reference_events(str(captures_dir / name))
+        for ev in events:
+            by_table.setdefault(schema.TABLE_OF_KIND[ev.kind], []).append(ev)
+    assert {"events", "messages", "connections", "findings"} <= set(by_table)
+    for name, events in by_table.items():
+        table = schema.TABLES[name]
+        got = _cut_rows(table, [events[i : i + size] for i in range(0, len(events), size)])
+        _check_rows(table, events, got)
+
+
+def test_table_rows_of_interleaved_classes_keep_their_order() -> None:
+    """A batch with many runs of different classes (gaps and resyncs among frames) is built per
+    class and put back in event order; dicts shared by many rows, equal dicts that are distinct
+    objects and None all map to their own rows."""
+    shared = {"exchange": "x", "routing_key": "k", "mandatory": False, "n": 5, "t": {"a": [1, 2]}}
+    events: list[Event] = []
+    for i in range(200):
+        args = shared if i % 3 else dict(shared, delivery_tag=i, exchange=f"e{i}")
+        events.append(Frame(packet=i, ts=1.5 + i, conn=i % 4, dir="c2s", channel=1, type="method", size=10,
+                            class_id=60, method_id=40, method="basic.publish", args=args))  # fmt: skip
+        events.append(Frame(packet=i, ts=1.5 + i, conn=i % 4, dir="c2s", channel=1, type="header", size=10,
+                            class_id=60, body_size=3, properties={} if i % 2 else None))  # fmt: skip
+        if i % 5 == 0:
+            events.append(Gap(packet=i, ts=1.5 + i, conn=0, dir="s2c", size=i, lost_frame="body"))
+        if i % 7 == 0:
+            events.append(Resync(packet=i, ts=1.5 + i, conn=1, dir="c2s", skipped=i, reason="gap"))
+    table = schema.TABLES["events"]
+    for size in (len(events), 50, 3):
+        _check_rows(table, events, _cut_rows(table, [events[i : i + size] for i in range(0, len(events), size)]))
+    few = [ProtocolHeader(packet=0, ts=0.0, conn=0, dir="c2s", version="0-9-1", raw="414d515000000901"), *events[:60]]
+    few = [e for e in few if type(e) is not Gap and type(e) is not Resync]  # two runs: header, frames
+    _check_rows(table, few, _cut_rows(table, [few]))
+
+
+def test_cut_with_a_limit_keeps_the_rest() -> None:
+    table = schema.TABLES["events"]
+    rows = TableRows(table, {"capture": "u", "capture_id": "c", "capture_date": "d"})
+    events = [Gap(packet=i, ts=float(i), conn=0, size=i) for i in range(10)]
+    rows.events.extend(events)
+    first = rows.cut(4)
+    assert first.column("packet").to_pylist() == [0, 1, 2, 3] and len(rows) == 6
+    assert rows.cut().column("packet").to_pylist() == list(range(4, 10)) and len(rows) == 0
+    assert rows.cut().num_rows == 0
+
+
+def test_distinct_is_by_identity() -> None:
+    a, b = {"x": 1}, {"x": 1}
+    values = [a, None, b, a, None, a]
+    dicts, indices = distinct(values)
+    assert [id(d) for d in dicts] == [id(a), id(None), id(b)]
+    assert indices is not None and indices.to_pylist() == [0, 1, 2, 0, 1, 0]
+    assert distinct([a, b])[1] is None  # every row its own object: no indices
+
+
+def test_slice_batches_are_the_events_of_decode_slice(captures_dir: Path) -> None:
+    path = captures_dir / "s11_amqptools_basic.pcap"
+    codec = get_codec()
+    batches = list(slice_batches(read_packets(path), codec, Options(), RunStats()))
+    assert all(isinstance(b, list) for b in batches)
+    flat = [ev for b in batches for ev in b]
+    assert [e.to_record() for e in flat] == [e.to_record() for e in decode_packets(read_packets(path), codec, Options())]
 
 
 # --- planning (no Spark) -------------------------------------------------------------------------

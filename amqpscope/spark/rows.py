@@ -87,19 +87,19 @@ class _Flat:
         """Typed columns of chosen keys: the entries are found by pyarrow (a C scan per key);
         Python touches only the entries that match."""
         out: dict[str, list[Any]] = {}
-        parents: list[int] | None = None
+        parents: pa.Array | None = None
+        raw = self.raw
         for key, (col, cls) in spec.items():
-            hits = pc.indices_nonzero(pc.equal(self.keys, key)).to_pylist()
-            if not hits:
+            found = pc.indices_nonzero(pc.equal(self.keys, key))
+            if not len(found):
                 continue
             if parents is None:
-                parents = pc.list_parent_indices(pa.ListArray.from_arrays(self.offsets, self.keys)).to_pylist()
+                parents = pc.list_parent_indices(pa.ListArray.from_arrays(self.offsets, self.keys))
             values: list[Any] = [None] * self.n
-            raw = self.raw
-            for p in hits:
+            for p, row in zip(found.to_pylist(), parents.take(found).to_pylist(), strict=True):
                 v = raw[p]
                 if v.__class__ is cls:
-                    values[parents[p]] = v
+                    values[row] = v
             out[col] = values
         return out
 
@@ -114,12 +114,15 @@ def distinct(values: list[Any]) -> tuple[list[Any], pa.Array | None]:
     """The distinct objects of ``values`` by identity, in order of first appearance, and the
     index of each row's object among them (None when every row has its own object). Identity is
     only meaningful while ``values`` holds the objects: use the result at once."""
-    ids = list(map(id, values))
-    enc = pc.dictionary_encode(pa.array(ids, pa.uint64()))
+    ids = pa.array(map(id, values), pa.uint64(), size=len(values))
+    enc = pc.dictionary_encode(ids)
     if len(enc.dictionary) == len(values):
         return values, None
-    by_id = dict(zip(ids, values, strict=True))
-    return [by_id[i] for i in enc.dictionary.to_pylist()], enc.indices
+    first = pc.index_in(enc.dictionary, value_set=ids)  # the row where each object first appears
+    return [values[i] for i in first.to_pylist()], enc.indices
+
+
+_FEW_RUNS = 16  # a mixed batch with up to this many runs of one class is built run by run
 
 
 def _array(values: list[Any], typ: pa.DataType) -> pa.Array:
@@ -204,7 +207,15 @@ class TableRows:
         classes = set(map(type, events))
         if len(classes) == 1:
             return self._class_columns(events[0].__class__, events)
-        # A mixed batch: each class's columns, concatenated, then put back in event order.
+        # A mixed batch. Few runs of one class (protocol headers where connections start):
+        # each run's columns, concatenated.
+        types = list(map(type, events))
+        starts = [0] + [i for i in range(1, len(types)) if types[i] is not types[i - 1]]
+        if len(starts) <= _FEW_RUNS:
+            ends = [*starts[1:], len(types)]
+            runs = [self._class_columns(types[a], events[a:b]) for a, b in zip(starts, ends, strict=True)]
+            return {name: pa.concat_arrays([r[name] for r in runs]) for name in runs[0]}
+        # Many: each class's columns, concatenated, then put back in event order by one take.
         groups: dict[type, list[int]] = {}
         for i, e in enumerate(events):
             pos = groups.get(e.__class__)

@@ -203,6 +203,19 @@ _UNSEEN: Any = object()
 def decode_capture(sl: Slice, config: JobConfig) -> Iterator[tuple[str, pa.RecordBatch]]:
     """(table, batch) pairs of one capture slice; a read error becomes an ``errors`` row after
     the rows decoded before it."""
+    # Up to a batch of events per table is alive at a time, and the cyclic collector kept
+    # walking them: ~15 % of the CPU of a task. The decoder makes no cyclic garbage to speak of
+    # (peak memory was the same with the collector off), so collect far less often meanwhile,
+    # until the last batches are built.
+    thresholds = gc.get_threshold()
+    gc.set_threshold(100_000, 50, 100)
+    try:
+        yield from _decode_capture(sl, config)
+    finally:
+        gc.set_threshold(*thresholds)
+
+
+def _decode_capture(sl: Slice, config: JobConfig) -> Iterator[tuple[str, pa.RecordBatch]]:
     started = time.perf_counter()
     constants = {"capture": sl.uri, "capture_id": sl.capture_id, "capture_date": UNKNOWN_DATE}
     rows = {name: TableRows(TABLES[name], constants) for name in config.tables}
@@ -211,11 +224,6 @@ def decode_capture(sl: Slice, config: JobConfig) -> Iterator[tuple[str, pa.Recor
     error: BaseException | None = None
     written = 0
     stream = None
-    # Up to a batch of events per table is alive at a time, and the cyclic collector kept
-    # walking them: ~15 % of the CPU of a task. The decoder makes no cyclic garbage to speak of
-    # (peak memory was the same with the collector off), so collect far less often meanwhile.
-    thresholds = gc.get_threshold()
-    gc.set_threshold(100_000, 50, 100)
     try:
         stream = open_stream(sl.uri)
         packets = read_packets(stream)
@@ -259,7 +267,6 @@ def decode_capture(sl: Slice, config: JobConfig) -> Iterator[tuple[str, pa.Recor
     except Exception as exc:  # CaptureError, or a decoder bug: this capture stops, the job goes on
         error = exc
     finally:
-        gc.set_threshold(*thresholds)
         if stream is not None:
             stream.close()
     for name, table in rows.items():
