@@ -66,10 +66,16 @@ def decode_batches(
     options: Options | None = None,
     stats: RunStats | None = None,
     stages: Iterable[Callable[[Iterator[Event]], Iterator[Event]]] = (),
+    select: Callable[[object], bool] | None = None,
 ) -> Iterator[list[Event]]:
     """``decode_packets`` as lists of events (those of one TCP event each), in the same order:
-    ``chain.from_iterable`` of it is the event stream without a generator step per event."""
-    batches, rest = _batched(packets, codec, options, stats, stages, None)
+    ``chain.from_iterable`` of it is the event stream without a generator step per event.
+
+    ``select``, if given, is asked about every TCP event (open, data, gap, close) and only those it
+    accepts reach the AMQP session: Spark slices decode a share of a capture's connections this way
+    (``spark.split.flow_selector``), reassembling every flow but decoding only their own.
+    """
+    batches, rest = _batched(packets, codec, options, stats, stages, None, select)
     if not rest:
         return batches
     events: Iterator[Event] = chain.from_iterable(batches)
@@ -80,11 +86,12 @@ def decode_batches(
 
 def _batched(packets: Iterable[RawPacket], codec: Codec | None, options: Options | None, stats: RunStats | None,
              stages: Iterable[Callable[[Iterator[Event]], Iterator[Event]]], idle_timeout_ns: int | None,
-             ) -> tuple[Iterator[list[Event]], list[Callable[[Iterator[Event]], Iterator[Event]]]]:  # fmt: skip
+             select: Callable[[object], bool] | None = None) -> tuple[Iterator[list[Event]], list[Callable[[Iterator[Event]], Iterator[Event]]]]:  # fmt: skip
     """The decoder's batches through the leading stages that take batches (``stage.batches``, like
     the validator's), and the stages left to run per event. A generator that resumes once per event
     costs more than the work of the lighter events themselves."""
-    batches = _decode(packets, codec or get_codec(), options or Options(), stats or RunStats(), idle_timeout_ns)
+    batches = _decode(packets, codec or get_codec(), options or Options(), stats or RunStats(), idle_timeout_ns,
+                      select)  # fmt: skip
     rest = list(stages)
     while rest and hasattr(rest[0], "batches"):
         batches = rest.pop(0).batches(batches)  # type: ignore[attr-defined]
@@ -92,7 +99,8 @@ def _batched(packets: Iterable[RawPacket], codec: Codec | None, options: Options
 
 
 def _decode(packets: Iterable[RawPacket], codec: Codec, options: Options, stats: RunStats,
-            idle_timeout_ns: int | None = None) -> Iterator[list[Event]]:
+            idle_timeout_ns: int | None = None, select: Callable[[object], bool] | None = None,
+            ) -> Iterator[list[Event]]:  # fmt: skip
     parser = SegmentParser()
     parse = parser.parse
     reasm = TcpReassembler(idle_timeout_ns=idle_timeout_ns)
@@ -109,6 +117,8 @@ def _decode(packets: Iterable[RawPacket], codec: Codec, options: Options, stats:
                 continue
             tcp += 1
             for tev in feed(seg):
+                if select is not None and not select(tev):
+                    continue
                 out = handle(tev)
                 if out:
                     yield out
@@ -120,7 +130,8 @@ def _decode(packets: Iterable[RawPacket], codec: Codec, options: Options, stats:
     stats.skipped = dict(getattr(parser, "skipped", {}) or {})
     last_ts = 0
     for tev in reasm.finish():
-        yield handle(tev)
+        if select is None or select(tev):
+            yield handle(tev)
         last_ts = getattr(tev, "ts_ns", last_ts)
     for conn in list(session.conns.values()):
         yield conn.close("eof", n, last_ts)

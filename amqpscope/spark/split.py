@@ -27,9 +27,8 @@ from amqpscope.dissect.codec import Codec
 from amqpscope.events import Event
 from amqpscope.net import SegmentParser
 from amqpscope.packets import Endpoint, RawPacket, TcpOpen
-from amqpscope.pipeline import RunStats
-from amqpscope.reassembly import TcpReassembler
-from amqpscope.session import Options, Session
+from amqpscope.pipeline import RunStats, decode_batches
+from amqpscope.session import Options
 
 FlowKey = tuple[Endpoint, Endpoint]
 PACKET_WEIGHT = 100  # per-packet cost in "bytes", so many small frames weigh more than their size
@@ -90,17 +89,17 @@ def slice_batches(
 ) -> Iterator[list[Event]]:
     """``decode_slice`` as lists of events (those of one TCP event each), like
     ``pipeline.decode_batches``: no generator step per event."""
-    parser = SegmentParser()
-    parse = parser.parse
-    reasm = TcpReassembler()
-    feed = reasm.feed
-    session = Session(codec, options)
-    handle = session.handle
+    return decode_batches(packets, codec, options, stats, select=flow_selector(mine))
+
+
+def flow_selector(mine: Callable[[FlowKey], bool] | None) -> Callable[[object], bool] | None:
+    """The ``select`` of ``decode_batches`` for the flows where ``mine(key)``: decided once per
+    flow when it opens, then looked up by flow number."""
+    if mine is None:
+        return None
     own: set[int] = set()
 
     def wanted(tev: object) -> bool:
-        if mine is None:
-            return True
         if type(tev) is TcpOpen:
             if mine(flow_key(tev.client, tev.server)):
                 own.add(tev.flow)
@@ -109,32 +108,4 @@ def slice_batches(
             return False
         return getattr(tev, "flow", None) in own
 
-    n = tcp = 0
-    error: BaseException | None = None
-    try:
-        for raw in packets:
-            n += 1
-            seg = parse(raw)
-            if seg is None:
-                continue
-            tcp += 1
-            for tev in feed(seg):
-                if wanted(tev):
-                    out = handle(tev)
-                    if out:
-                        yield out
-    except GeneratorExit:
-        raise
-    except Exception as exc:  # a truncated or corrupt file: flush what was decoded, then re-raise
-        error = exc
-    stats.packets, stats.tcp_packets = n, tcp
-    last_ts = 0
-    for tev in reasm.finish():
-        if wanted(tev):
-            yield handle(tev)
-        last_ts = getattr(tev, "ts_ns", last_ts)
-    for conn in list(session.conns.values()):
-        yield conn.close("eof", n, last_ts)
-    stats.accounting = session.accounting()
-    if error is not None:
-        raise error
+    return wanted

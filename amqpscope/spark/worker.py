@@ -41,7 +41,7 @@ from amqpscope.validate.validator import Validator
 from .inputs import open_output, open_stream
 from .rows import TableRows
 from .schema import PARTITION_COLUMNS, TABLE_OF_KIND, TABLES
-from .split import FlowKey, hash_slice, plan_slices, slice_batches
+from .split import FlowKey, flow_selector, hash_slice, plan_slices
 
 UNKNOWN_DATE = "unknown"  # partition value for a capture without a single readable packet
 EXIT_INTERNAL = 70  # an unexpected exception in the decoder (EX_SOFTWARE): a bug, reported as a row
@@ -236,13 +236,7 @@ def _decode_capture(sl: Slice, config: JobConfig) -> Iterator[tuple[str, pa.Reco
         # per slice: connection checks are exact; the few that look across connections
         # (exclusive queues, exchanges declared elsewhere) see only this slice's connections
         stages = (_validator(config.spec).stage,) if config.validate else ()
-        batches: Iterator[list[Event]]
-        if mine is None:  # the whole capture: exactly the single-process pipeline
-            batches = decode_batches(packets, codec, options, stats, stages=stages)
-        else:
-            batches = slice_batches(packets, codec, options, stats, mine)
-            for stage in stages:
-                batches = stage.batches(batches)
+        batches = decode_batches(packets, codec, options, stats, stages=stages, select=flow_selector(mine))
         # event class -> the append of its table's buffer (None: not stored)
         sinks: dict[type, Callable[[Event], None] | None] = {}
         buffers = [(table, table.events) for table in rows.values() if table.table.classes]
