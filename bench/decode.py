@@ -5,7 +5,10 @@ Record the capture first: ``python bench/record_large.py --messages 300000`` (be
 
 Commands timed (each a separate process, wall clock, peak RSS from ``/usr/bin/time -f %M``):
 
-* ours:        ``amqpscope decode --format jsonl FILE > /dev/null``
+* ours:        ``amqpscope decode --format jsonl FILE > /dev/null``: with two or more cores the
+  validator runs in a helper process that decodes the file a second time (``-j 2``), so its CPU
+  time is that of both processes and its peak RSS that of the larger one (they are about the same
+  size: the total is about twice); also ``-j 1`` (one process) and ``--no-validate``
 * tshark:      ``tshark -r FILE [-d tcp.port==PORT,amqp] -Y amqp -T fields -e amqp.method.method > OUT``
 * dpkt+pamqp:  ``python bench/dpkt_pamqp.py FILE --port PORT --jsonl > /dev/null`` (frames decoded with
   arguments and written as JSON lines: the same work), and the same without ``--jsonl`` (decode only).
@@ -15,14 +18,15 @@ and frame walk, no codec) and each tool's own count is shown beside it: tshark 4
 frames when one TCP segment holds hundreds of them, so its field output only counts what it saw
 (method frames: the values in the ``amqp.method.method`` column).
 
-The machine may be shared: every command runs ``--repeat`` times and the best (lowest) wall time is
-kept, with the peak RSS of that run. ``--half`` also decodes the first half of the packets (written
+The machine may be shared: every command runs ``--repeat`` times, in rounds that run every command
+once (a slow spell of the host hits all tools alike), and the best (lowest) wall time is kept, with
+the peak RSS of that run. ``--half`` also decodes the first half of the packets (written
 next to the capture) to show that memory does not grow with the capture's size.
 
 Ratios above 1 mean amqpscope is faster. Wall and CPU (user + system) seconds are both shown: on a
 shared machine the CPU time is the steadier of the two.
 
-Usage: python bench/decode.py [FILE] [--repeat N] [--half] [--skip no-validate,tshark,dpkt,dpkt-count]
+Usage: python bench/decode.py [FILE] [--repeat N] [--half] [--skip single,no-validate,tshark,dpkt,dpkt-count]
 """
 
 from __future__ import annotations
@@ -78,14 +82,27 @@ CPU: dict[tuple[str, ...], float] = {}  # best CPU seconds per command, for the 
 
 
 def best(cmd: list[str], repeat: int, stdout: str = os.devnull) -> tuple[float, int, list[float]]:
-    runs = [timed(cmd, stdout) for _ in range(repeat)]
-    for _w, _r, code, _cpu in runs:
-        if code != 0:
-            raise SystemExit(f"command failed ({code}): {' '.join(cmd)}")
-    walls = [w for w, _r, _c, _cpu in runs]
-    i = walls.index(min(walls))
-    CPU[tuple(cmd)] = min(cpu for *_x, cpu in runs)
-    return walls[i], runs[i][1], walls
+    return interleaved([(cmd, stdout)], repeat)[0]
+
+
+def interleaved(cmds: list[tuple[list[str], str]], repeat: int) -> list[tuple[float, int, list[float]]]:
+    """Every command ``repeat`` times, in rounds (each round runs them all, one after the other), so
+    that a slow spell of a shared machine hits every tool alike; per command the best wall time, the
+    peak RSS of that run and every run's wall time."""
+    runs: list[list[tuple[float, int, int, float]]] = [[] for _ in cmds]
+    for _round in range(repeat):
+        for i, (cmd, stdout) in enumerate(cmds):
+            run = timed(cmd, stdout)
+            if run[2] != 0:
+                raise SystemExit(f"command failed ({run[2]}): {' '.join(cmd)}")
+            runs[i].append(run)
+    out = []
+    for (cmd, _stdout), mine in zip(cmds, runs, strict=True):
+        walls = [w for w, _r, _c, _cpu in mine]
+        i = walls.index(min(walls))
+        CPU[tuple(cmd)] = min(cpu for *_x, cpu in mine)
+        out.append((walls[i], mine[i][1], walls))
+    return out
 
 
 def half_capture(path: Path) -> Path:
@@ -110,7 +127,7 @@ def main() -> int:
     ap.add_argument("capture", nargs="?", type=Path, default=ROOT / "bench" / "data" / "large.pcap")
     ap.add_argument("--repeat", type=int, default=3, help="runs per command; the best is kept (default 3)")
     ap.add_argument("--half", action="store_true", help="also measure the first half of the capture")
-    ap.add_argument("--skip", default="", help="comma-separated: no-validate, tshark, dpkt, dpkt-count")
+    ap.add_argument("--skip", default="", help="comma-separated: single, no-validate, tshark, dpkt, dpkt-count")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     path: Path = args.capture
@@ -135,46 +152,54 @@ def main() -> int:
     dpkt_cmd = [PY, str(ROOT / "bench" / "dpkt_pamqp.py"), str(path), "--port", str(port), "--jsonl"]
     dpkt_count_cmd = dpkt_cmd[:-1]
 
+    # (name, command line shown, command, where its stdout goes)
+    fd, tshark_out = tempfile.mkstemp(suffix=".txt")
+    os.close(fd)
+    plan: list[tuple[str, str, list[str], str]] = [("amqpscope", "amqpscope decode --format jsonl FILE > /dev/null",
+                                                    ours_cmd, os.devnull)]  # fmt: skip
+    if "single" not in skip:
+        plan.append(("amqpscope -j 1", "amqpscope decode --format jsonl -j 1 FILE > /dev/null",
+                     [*ours_cmd[:-1], "-j", "1", str(path)], os.devnull))  # fmt: skip
+    if "no-validate" not in skip:
+        plan.append(("amqpscope --no-validate", "amqpscope decode --format jsonl --no-validate FILE > /dev/null",
+                     [*ours_cmd[:-1], "--no-validate", str(path)], os.devnull))  # fmt: skip
+    if "tshark" not in skip:
+        plan.append(("tshark", " ".join(tshark_cmd) + " > OUT", tshark_cmd, tshark_out))
+    if "dpkt" not in skip:
+        plan.append(("dpkt+pamqp", "python bench/dpkt_pamqp.py FILE --port PORT --jsonl > /dev/null", dpkt_cmd,
+                     os.devnull))  # fmt: skip
+    if "dpkt-count" not in skip:
+        plan.append(("dpkt+pamqp (no output)", "python bench/dpkt_pamqp.py FILE --port PORT", dpkt_count_cmd,
+                     os.devnull))  # fmt: skip
+    results = interleaved([(cmd, out) for _n, _l, cmd, out in plan], args.repeat)
+
+    seen: dict[str, str] = {"amqpscope": f"{our_count(path, port)} of {truth['frames']} frames",
+                            "amqpscope -j 1": "(same output, one process)",
+                            "amqpscope --no-validate": "(same frames, no inline findings)",
+                            "dpkt+pamqp (no output)": "(decode only, writes nothing)"}  # fmt: skip
+    if "tshark" not in skip:
+        got = sum(len(line.split(b",")) for line in Path(tshark_out).read_bytes().splitlines() if line.strip())
+        seen["tshark"] = f"{got} of {methods} method frames"
+    Path(tshark_out).unlink()
+    if "dpkt" not in skip:
+        proc = subprocess.run(dpkt_count_cmd, capture_output=True, check=True)
+        seen["dpkt+pamqp"] = f"{json.loads(proc.stderr.decode().strip().splitlines()[-1])['frames']} of " \
+                             f"{truth['frames']} frames"  # fmt: skip
     rows: list[tuple[str, str, float, int, list[float], str]] = []
     cmds: list[list[str]] = []
-    wall, rss, walls = best(ours_cmd, args.repeat)
-    ours_seen = f"{our_count(path, port)} of {truth['frames']} frames"
-    rows.append(("amqpscope", " ".join(["amqpscope", *ours_cmd[1:]]) + " > /dev/null", wall, rss, walls, ours_seen))
-    cmds.append(ours_cmd)
-    novalidate_cmd = [*ours_cmd[:-1], "--no-validate", str(path)]
-    if "no-validate" not in skip:
-        wall, rss, walls = best(novalidate_cmd, args.repeat)
-        rows.append(("amqpscope --no-validate", "amqpscope decode --format jsonl --no-validate FILE > /dev/null", wall,
-                     rss, walls, "(same frames, no inline findings)"))  # fmt: skip
-        cmds.append(novalidate_cmd)
-    if "tshark" not in skip:
-        with tempfile.NamedTemporaryFile(suffix=".txt") as out:
-            wall, rss, walls = best(tshark_cmd, args.repeat, out.name)
-            seen = sum(len(line.split(b",")) for line in Path(out.name).read_bytes().splitlines() if line.strip())
-        rows.append(("tshark", " ".join(tshark_cmd) + " > OUT", wall, rss, walls, f"{seen} of {methods} method frames"))
-        cmds.append(tshark_cmd)
-    if "dpkt" not in skip:
-        wall, rss, walls = best(dpkt_cmd, args.repeat)
-        proc = subprocess.run(dpkt_count_cmd, capture_output=True, check=True)
-        seen = json.loads(proc.stderr.decode().strip().splitlines()[-1])["frames"]
-        rows.append(("dpkt+pamqp", "python bench/dpkt_pamqp.py FILE --port PORT --jsonl > /dev/null", wall, rss,
-                     walls, f"{seen} of {truth['frames']} frames"))  # fmt: skip
-        cmds.append(dpkt_cmd)
-    if "dpkt-count" not in skip:
-        wall, rss, walls = best(dpkt_count_cmd, args.repeat)
-        rows.append(("dpkt+pamqp (no output)", "python bench/dpkt_pamqp.py FILE --port PORT", wall, rss, walls,
-                     "(decode only, writes nothing)"))  # fmt: skip
-        cmds.append(dpkt_count_cmd)
+    for (name, line, cmd, _out), (wall, rss, walls) in zip(plan, results, strict=True):
+        rows.append((name, line, wall, rss, walls, seen[name]))
+        cmds.append(cmd)
 
     print()
     print(
         f"{'tool':<24} {'best s':>8} {'CPU s':>7} {'frames/s':>10} {'peak RSS':>10}  runs (s)             frames seen"
     )
-    for (name, _cmd, wall, rss, walls, seen), cmd in zip(rows, cmds, strict=True):
+    for (name, _cmd, wall, peak, times, seen_by), cmd in zip(rows, cmds, strict=True):
         print(f"{name:<24} {wall:>8.2f} {CPU[tuple(cmd)]:>7.2f} {truth['frames'] / wall:>10,.0f} "
-              f"{rss / 1024:>7.1f} MiB  {' '.join(f'{w:.2f}' for w in walls):<20} {seen}")  # fmt: skip
+              f"{peak / 1024:>7.1f} MiB  {' '.join(f'{w:.2f}' for w in times):<20} {seen_by}")  # fmt: skip
     print()
-    for ref in (0, 1) if len(rows) > 1 and rows[1][0].endswith("--no-validate") else (0,):
+    for ref in [i for i, row in enumerate(rows) if row[0].startswith("amqpscope")]:
         ours, ours_cpu = rows[ref][2], CPU[tuple(cmds[ref])]
         for (name, _cmd, wall, _rss, _walls, _seen), cmd in zip(rows, cmds, strict=True):
             if name.startswith("amqpscope"):
@@ -182,8 +207,8 @@ def main() -> int:
             cpu = CPU[tuple(cmd)]
             print(f"{name} / {rows[ref][0]}: wall {wall / ours:.2f}x, CPU {cpu / ours_cpu:.2f}x")
     print()
-    for name, cmd, *_ in rows:
-        print(f"  {name}: {cmd}")
+    for name, line, *_ in rows:
+        print(f"  {name}: {line}")
 
     if args.half:
         half = half_capture(path)

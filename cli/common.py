@@ -21,8 +21,11 @@ from amqpscope.dissect.codec import Codec, get_codec
 from amqpscope.dissect.spec import SpecError
 from amqpscope.events import Event
 from amqpscope.filter import FilterError
+from amqpscope.packets import RawPacket
 from amqpscope.pipeline import RunStats, decode_batches
 from amqpscope.session import Options
+from amqpscope.validate.beside import BesideStage
+from amqpscope.validate.validator import Validator
 
 EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 F = TypeVar("F", bound=Callable[..., Any])
@@ -83,6 +86,8 @@ class CaptureRun:
         self.error: CaptureError | None = None
         self.stats: list[tuple[str, RunStats]] = []
         self.max_packets: int | None = None
+        self.validator: Validator | None = None  # inline findings, as the first stage
+        self.beside = False  # ... computed by a helper process that decodes each file again
         self._consumed = 0  # bytes of earlier files, for progress over several files
         self._fh: Any = None
 
@@ -104,10 +109,8 @@ class CaptureRun:
             try:
                 source: Any = sys.stdin.buffer if path == "-" else open_capture(path)
                 self._fh = None if path == "-" else source
-                packets = read_packets(source)
-                if self.max_packets is not None:
-                    packets = itertools.islice(packets, self.max_packets)
-                yield from decode_batches(packets, self.codec, self.options, stats, stages)
+                yield from decode_batches(self._packets(source), self.codec, self.options, stats,
+                                          self._validation(path) + stages)  # fmt: skip
                 unsupported = sorted(k.rsplit(" ", 1)[1] for k in stats.skipped if k.startswith("unsupported link"))
                 if unsupported and not stats.tcp_packets:
                     raise UnsupportedLinkType(
@@ -121,6 +124,23 @@ class CaptureRun:
                     self._consumed += os.fstat(self._fh.fileno()).st_size
                     self._fh.close()
                     self._fh = None
+
+    def _packets(self, source: Any) -> Iterator[RawPacket]:
+        packets = read_packets(source)
+        return packets if self.max_packets is None else itertools.islice(packets, self.max_packets)
+
+    def _validation(self, path: str) -> tuple[Callable[[Iterator[Event]], Iterator[Event]], ...]:
+        if self.validator is None:
+            return ()
+        if not self.beside or path == "-":  # stdin cannot be read a second time
+            return (self.validator.stage,)
+        inline = self.validator.stage
+
+        def validated() -> Iterator[list[Event]]:  # runs in the helper process
+            packets = self._packets(open_capture(path))
+            return decode_batches(packets, self.codec, self.options, RunStats(), (inline,))
+
+        return (BesideStage(validated, inline, warn),)
 
     @property
     def exit_code(self) -> int:
