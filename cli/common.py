@@ -18,13 +18,13 @@ import click
 
 from amqpscope.capture import CaptureError, CaptureUnreadable, read_packets
 from amqpscope.dissect.codec import Codec, get_codec
-from amqpscope.dissect.spec import SpecError
+from amqpscope.dissect.spec import Spec, SpecError
 from amqpscope.events import Event
 from amqpscope.filter import FilterError
 from amqpscope.packets import RawPacket
 from amqpscope.pipeline import RunStats, decode_batches
 from amqpscope.session import Options
-from amqpscope.validate.beside import BesideStage
+from amqpscope.validate.beside import BesideStage, usable_cores
 from amqpscope.validate.validator import Validator
 
 EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
@@ -50,6 +50,18 @@ def input_options(f: F) -> F:
                      help="Treat TCP port N as AMQP (repeatable). AMQP is also detected on any port.")(f)  # fmt: skip
     f = click.option("--show-credentials", is_flag=True, help="Show passwords from connection.start-ok.")(f)
     return spec_option(f)
+
+
+def jobs_option(f: F) -> F:
+    return click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
+                        help="Processes. 2 (the default with two or more cores): a helper process decodes each file "
+                        "again to validate it, beside this one. 1: one process.")(f)  # fmt: skip
+
+
+def validate_with(capture: CaptureRun, spec: Spec, jobs: int | None) -> None:
+    """Inline findings for ``capture``: from a helper process when there is a core for it."""
+    capture.validator = Validator(spec)
+    capture.beside = (jobs or usable_cores()) >= 2
 
 
 def load_codec(spec: str | None) -> Codec:

@@ -16,10 +16,8 @@ from amqpscope.filter import compile_filter
 from amqpscope.output.console import ConsoleWriter
 from amqpscope.output.records import record
 from amqpscope.output.writers import WRITERS, JsonlWriter, Writer
-from amqpscope.validate.beside import usable_cores
-from amqpscope.validate.validator import Validator
 
-from .common import CaptureRun, input_options, load_codec, options_from, run_guarded
+from .common import CaptureRun, input_options, jobs_option, load_codec, options_from, run_guarded, validate_with
 
 FORMATS = ["auto", "rich", "jsonl", "json", "csv", "table"]
 
@@ -88,9 +86,7 @@ def _size(path: str) -> int:
 @click.option("--stats", is_flag=True, help="End with an accounting record: where every stream byte went.")
 @click.option("--no-progress", is_flag=True, help="No progress bar on stderr.")
 @click.option("--no-validate", is_flag=True, help="No inline findings (spec validation, see 'amqpscope validate').")
-@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
-              help="Processes. 2 (the default with two or more cores): a helper process decodes each file again "
-              "to validate it, beside the output. 1: one process.")  # fmt: skip
+@jobs_option
 def decode(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], show_credentials: bool, fmt: str,
            verbose: bool, count: int | None, display_filter: str | None, body: str | None, stats: bool,
            no_progress: bool, no_validate: bool, jobs: int | None) -> None:  # fmt: skip
@@ -103,8 +99,7 @@ def decode(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], sho
         capture = CaptureRun(files, codec, options_from(ports, show_credentials, keep_bodies=writer.body != "none"))
         capture.max_packets = count
         if not no_validate:
-            capture.validator = Validator(codec.spec)
-            capture.beside = (jobs or usable_cores()) >= 2
+            validate_with(capture, codec.spec, jobs)
         progress = _Progress(files, enabled=(not no_progress and not isinstance(writer, JsonlWriter)) or False)
         try:
             body_mode, write = writer.body, writer.write

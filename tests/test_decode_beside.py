@@ -211,3 +211,11 @@ def test_no_helper_validates_inline(monkeypatch: pytest.MonkeyPatch) -> None:
     got = [ev for evs in stage.batches(run.batches()) for ev in evs]
     assert got == inline
     assert warned == ["cannot start the validation helper (Resource temporarily unavailable): validating in this process"]
+
+
+@needs_captures
+def test_stats_jobs_1_and_2_report_the_same() -> None:
+    path = str(CAPTURES / "s09_pika_errors.pcap")
+    one, two = (subprocess.run([AMQPSCOPE, "stats", "-T", "json", "-j", j, path], capture_output=True) for j in "12")
+    assert one.returncode == two.returncode == 0
+    assert one.stdout == two.stdout and b'"findings"' in one.stdout
