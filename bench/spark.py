@@ -6,8 +6,8 @@ by bench/record_large.py), otherwise every shared capture. In the same run this 
 
 * single-process decode: ``decode_packets`` with the validator stage, the work each executor does
   per capture, and nothing else (no output);
-* ``amqpscope decode --format jsonl`` (validation on, JSONL to /dev/null): the command line's
-  single-process decode with its output;
+* ``amqpscope decode --format jsonl -j 1`` (validation on, in the same process; JSONL to
+  /dev/null): the command line's single-process decode with its output;
 * the worker path without Spark: what each task runs per capture (``worker.write_slice``: decode,
   validate, build the Arrow tables, write the Parquet files), one capture after the other;
 * the batch job on ``local[1]`` and ``local[2]``, each in a fresh process (its own JVM). Spark's
@@ -72,13 +72,14 @@ def single_decode(files: list[Path]) -> dict[str, Any]:
 
 
 def cli_decode(files: list[Path]) -> dict[str, Any]:
-    """``amqpscope decode --format jsonl`` over the archive (validation on, as by default)."""
+    """``amqpscope decode --format jsonl -j 1`` over the archive: validation on, as by default, but
+    in one process (by default a second core validates beside it: not a single-process decode)."""
     exe = Path(sys.executable).with_name("amqpscope")
     c = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     with open(os.devnull, "w") as sink:
-        proc = subprocess.run([str(exe), "decode", "--format", "jsonl", "--no-progress", *map(str, files)],
-                              stdout=sink, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        proc = subprocess.run([str(exe), "decode", "--format", "jsonl", "-j", "1", "--no-progress",
+                               *map(str, files)], stdout=sink, stderr=subprocess.PIPE, text=True)  # fmt: skip
     if proc.returncode != 0:
         sys.exit(f"amqpscope decode failed: {proc.stderr[-2000:]}")
     d = resource.getrusage(resource.RUSAGE_CHILDREN)
