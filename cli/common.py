@@ -144,8 +144,8 @@ class CaptureRun:
     def _validation(self, path: str) -> tuple[Callable[[Iterator[Event]], Iterator[Event]], ...]:
         if self.validator is None:
             return ()
-        if not self.beside or path == "-":  # stdin cannot be read a second time
-            return (self.validator.stage,)
+        if not self.beside or path == "-" or not os.path.isfile(path):
+            return (self.validator.stage,)  # stdin, a pipe or a device cannot be read a second time
         inline = self.validator.stage
 
         def validated() -> Iterator[list[Event]]:  # runs in the helper process

@@ -173,6 +173,17 @@ def test_cli_jobs_1_and_2_write_the_same(tmp_path: Path) -> None:
     assert piped.stdout == one.stdout
 
 
+def test_cli_named_pipe_is_read_once(tmp_path: Path) -> None:
+    # a FIFO (or <(zcat x.pcap.gz)) has a path but cannot be read twice: validated inline
+    fifo = tmp_path / "capture.fifo"
+    os.mkfifo(fifo)
+    feeder = subprocess.Popen(["sh", "-c", f"cat {ERRORS} > {fifo}"])
+    two = cli("-j", "2", str(fifo))
+    feeder.wait()
+    assert two.returncode == 0 and two.stderr == b""
+    assert two.stdout == cli("-j", "1", str(ERRORS)).stdout
+
+
 @needs_captures
 def test_cli_truncated_capture_same_output_and_exit_code(tmp_path: Path) -> None:
     dst = tmp_path / "t.pcap"
