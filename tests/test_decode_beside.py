@@ -171,6 +171,12 @@ def test_cli_jobs_1_and_2_write_the_same(tmp_path: Path) -> None:
     # stdin cannot be read twice: validated inline, the same output
     piped = cli("-j", "2", "-", stdin=sample.read_bytes())
     assert piped.stdout == one.stdout
+    # several files (a helper each), and -c: the helper stops after the same packets
+    hello = ERRORS.with_name("hello.pcap")
+    for args in (["-c", "40", str(sample)], [str(hello), str(sample)], ["-c", "25", str(sample), str(hello)]):
+        one, two = cli("-j", "1", *args), cli("-j", "2", *args)
+        assert one.returncode == two.returncode == 0 and two.stderr == b""
+        assert one.stdout == two.stdout, args
 
 
 def test_cli_named_pipe_is_read_once(tmp_path: Path) -> None:
