@@ -16,6 +16,7 @@ core of its own. Input that cannot be read twice (stdin, a live interface) is va
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 from collections.abc import Callable, Iterator
@@ -69,37 +70,22 @@ class BesideStage:
 
 
 def _splice(batches: Iterator[list[Event]], helper: _Helper, warn: Callable[[str], None]) -> Iterator[list[Event]]:
+    got = _Received(helper, warn)
     seen = 0  # events of this process so far
-    known = 0  # the helper's findings are known for the events before this index
-    pending: list[tuple[int, Finding]] = []  # (events before the finding, finding), in order
-    checks: list[tuple[int, int]] = []  # (index of an event, its packet in the helper)
-    state = _LIVE
     for evs in batches:
         end = seen + len(evs)
-        while state is _LIVE and known < end:
-            got = helper.receive()
-            if got is None:
-                warn(f"the validation helper stopped after {known} events: no findings after them")
-                state = _LOST
-                break
-            known, last_packet, found, done = got
-            if known:
-                checks.append((known - 1, last_packet))
-            pending += found
-            if done:
-                state = _DONE
-        if state is _DONE and known < end:
-            warn(f"the validation helper decoded {known} events where this process decoded more: "
-                 "no findings after them")  # fmt: skip
-            state = _LOST
+        got.wait(end)
+        if got.state is _DONE and got.known < end:
+            got.lose(f"the validation helper decoded {got.known} events where this process decoded more: "
+                     "no findings after them")  # fmt: skip
+        checks = got.checks
         while checks and checks[0][0] < end:
             index, packet = checks.pop(0)
             mine = evs[index - seen].packet
-            if state is not _LOST and mine != packet:
-                warn(f"the validation helper decoded packet {packet} where this process decoded packet {mine}: "
-                     "no findings after it")  # fmt: skip
-                state, pending, checks = _LOST, [], []
-                helper.stop()
+            if got.state is not _LOST and mine != packet:
+                got.lose(f"the validation helper decoded packet {packet} where this process decoded packet {mine}: "
+                         "no findings after it", drop=True)  # fmt: skip
+        pending = got.pending
         if not pending or pending[0][0] > end:
             seen = end
             yield evs
@@ -115,20 +101,46 @@ def _splice(batches: Iterator[list[Event]], helper: _Helper, warn: Callable[[str
         seen = end
         yield out
     # the end of the input: the findings of the inline stage's ``finish``, and the count agreed
-    while state is _LIVE:
-        got = helper.receive()
-        if got is None:
-            warn(f"the validation helper stopped after {known} events: no findings after them")
-            state = _LOST
-            break
-        known, _last, found, done = got
-        pending += found
-        if done:
-            state = _DONE
-    if state is _DONE and known != seen:
-        warn(f"the validation helper decoded {known} events where this process decoded {seen}")
-        pending = []
-    yield [f for index, f in pending if index <= seen]
+    got.wait(math.inf)
+    if got.state is _DONE and got.known != seen:
+        got.lose(f"the validation helper decoded {got.known} events where this process decoded {seen}", drop=True)
+    yield [f for index, f in got.pending if index <= seen]
+
+
+class _Received:
+    """What the helper has said so far."""
+
+    def __init__(self, helper: _Helper, warn: Callable[[str], None]) -> None:
+        self.helper = helper
+        self.warn = warn
+        self.state = _LIVE
+        self.known = 0  # the helper's findings are known for the events before this index
+        self.pending: list[tuple[int, Finding]] = []  # (events before the finding, finding), in order
+        self.checks: list[tuple[int, int]] = []  # (index of an event, its packet in the helper)
+
+    def wait(self, upto: float) -> None:
+        """Receive until the findings of the first ``upto`` events are known, or the helper is done
+        or lost."""
+        while self.state is _LIVE and self.known < upto:
+            got = self.helper.receive()
+            if got is None:
+                self.lose(f"the validation helper stopped after {self.known} events: no findings after them")
+                return
+            self.known, last_packet, found, done = got
+            if self.known:
+                self.checks.append((self.known - 1, last_packet))
+            self.pending += found
+            if done:
+                self.state = _DONE
+
+    def lose(self, message: str, drop: bool = False) -> None:
+        """Stop listening (one warning); ``drop`` the findings not placed yet: they may be wrong."""
+        self.warn(message)
+        self.state = _LOST
+        self.checks = []
+        if drop:
+            self.pending = []
+        self.helper.stop()
 
 
 _LIVE, _DONE, _LOST = "live", "done", "lost"
