@@ -153,7 +153,7 @@ def write_slice(sl: Slice, config: JobConfig, fs: Any, root: str, attempt: int) 
                 folder = f"{table}/capture_date={date}/capture_id={sl.capture_id}"
                 fs.create_dir(f"{root}/{folder}", recursive=True)
                 rel = f"{folder}/part-{sl.index:05d}-{attempt}.parquet"
-                writer = pq.ParquetWriter(f"{root}/{rel}", file_schema(table), filesystem=fs, compression="snappy")
+                writer = pq.ParquetWriter(f"{root}/{rel}", file_schema(table), filesystem=fs, compression="zstd")
                 entry = files[table] = (writer, rel, date)
             keep = [i for i, name in enumerate(batch.schema.names) if name not in PARTITION_COLUMNS]
             entry[0].write_batch(pa.RecordBatch.from_arrays([batch.column(i) for i in keep],
