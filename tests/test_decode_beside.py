@@ -5,6 +5,7 @@ disagrees costs findings, with a warning, never events."""
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import variants
 from amqpscope.cli import common
 from amqpscope.cli.common import CaptureRun
 
-from amqpscope.capture import CaptureError
+from amqpscope.capture import CaptureError, read_packets
 from amqpscope.dissect.codec import get_codec
 from amqpscope.events import Event, Finding, Frame
 from amqpscope.session import Options
@@ -85,6 +86,20 @@ def test_damaged_variants_same_as_inline(damage: str, tmp_path: Path) -> None:
     else:
         variants.compress(src, dst, "gz")
     assert_same(dst)
+
+
+@needs_captures
+@pytest.mark.parametrize("seed", range(6))
+def test_random_damage_same_as_inline(seed: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # findings-rich captures with random packets dropped and duplicated, small helper messages
+    monkeypatch.setattr(beside, "CHUNK", 5)
+    rng = random.Random(seed)
+    src = CAPTURES / ("s09_pika_errors.pcap", "s11_amqptools_basic.pcap", "s02_pika_confirms.pcap")[seed % 3]
+    n = sum(1 for _ in read_packets(src))
+    dropped, doubled = tmp_path / "d.pcap", tmp_path / "dd.pcap"
+    variants.drop_packets(src, dropped, rng.sample(range(1, n + 1), k=max(1, n // 15)))
+    variants.duplicate(dropped, doubled, rng.sample(range(1, n // 2), k=3))
+    assert_same(doubled)
 
 
 def test_several_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
