@@ -10,7 +10,8 @@ hash seed), so both processes see the same events in the same order; every messa
 names the packet of its last event, and the main process checks it.
 
 The cost is CPU: the capture is read and decoded twice, so this only pays where the helper gets a
-core of its own. Input that cannot be read twice (stdin, a live interface) is validated inline.
+core of its own. Input that cannot be read twice (stdin, a pipe, a live interface) is validated
+inline.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ import os
 import signal
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection, Pipe
-from typing import Any
 
 from amqpscope.events import Event, Finding
+from amqpscope.validate.validator import Stage
 
 CHUNK = 8192  # events per message from the helper: few messages, and the main process rarely waits
 
@@ -47,7 +48,7 @@ class BesideStage:
     events are not.
     """
 
-    def __init__(self, decode: Callable[[], Iterator[list[Event]]], inline: Any, warn: Callable[[str], None]) -> None:
+    def __init__(self, decode: Callable[[], Iterator[list[Event]]], inline: Stage, warn: Callable[[str], None]) -> None:
         self.decode = decode
         self.inline = inline
         self.warn = warn
@@ -78,11 +79,10 @@ def _splice(batches: Iterator[list[Event]], helper: _Helper, warn: Callable[[str
         if got.state is _DONE and got.known < end:
             got.lose(f"the validation helper decoded {got.known} events where this process decoded more: "
                      "no findings after them")  # fmt: skip
-        checks = got.checks
-        while checks and checks[0][0] < end:
-            index, packet = checks.pop(0)
+        while got.checks and got.checks[0][0] < end:  # ``lose`` empties them
+            index, packet = got.checks.pop(0)
             mine = evs[index - seen].packet
-            if got.state is not _LOST and mine != packet:
+            if mine != packet:
                 got.lose(f"the validation helper decoded packet {packet} where this process decoded packet {mine}: "
                          "no findings after it", drop=True)  # fmt: skip
         pending = got.pending
