@@ -31,7 +31,7 @@ from amqpscope.spark import schema
 from amqpscope.spark.inputs import Capture, list_inputs, local_path
 from amqpscope.spark.job import JobOptions, pack, plan_slices, run_job
 from amqpscope.spark.rows import TableRows, distinct, map_items
-from amqpscope.spark.split import decode_slice, flow_key, hash_slice, slice_batches
+from amqpscope.spark.split import decode_slice, flow_key, hash_slice
 from amqpscope.spark.split import plan_slices as plan_flows
 from amqpscope.spark.worker import Slice
 from amqpscope.validate.validator import Validator
@@ -408,12 +408,10 @@ def test_distinct_is_by_identity() -> None:
     assert distinct([a, b])[1] is None  # every row its own object: no indices
 
 
-def test_slice_batches_are_the_events_of_decode_slice(captures_dir: Path) -> None:
+def test_decode_slice_of_the_whole_capture_is_decode_packets(captures_dir: Path) -> None:
     path = captures_dir / "s11_amqptools_basic.pcap"
     codec = get_codec()
-    batches = list(slice_batches(read_packets(path), codec, Options(), RunStats()))
-    assert all(isinstance(b, list) for b in batches)
-    flat = [ev for b in batches for ev in b]
+    flat = list(decode_slice(read_packets(path), codec, Options(), RunStats()))
     assert [e.to_record() for e in flat] == [e.to_record() for e in decode_packets(read_packets(path), codec, Options())]
 
 

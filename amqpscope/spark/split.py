@@ -77,19 +77,7 @@ def decode_slice(
     With ``mine=None`` every flow is decoded and the events are those of ``decode_packets``.
     Errors of the capture are re-raised after what was decoded before them is flushed.
     """
-    return chain.from_iterable(slice_batches(packets, codec, options, stats, mine))
-
-
-def slice_batches(
-    packets: Iterable[RawPacket],
-    codec: Codec,
-    options: Options,
-    stats: RunStats,
-    mine: Callable[[FlowKey], bool] | None = None,
-) -> Iterator[list[Event]]:
-    """``decode_slice`` as lists of events (those of one TCP event each), like
-    ``pipeline.decode_batches``: no generator step per event."""
-    return decode_batches(packets, codec, options, stats, select=flow_selector(mine))
+    return chain.from_iterable(decode_batches(packets, codec, options, stats, select=flow_selector(mine)))
 
 
 def flow_selector(mine: Callable[[FlowKey], bool] | None) -> Callable[[object], bool] | None:
