@@ -1,0 +1,1 @@
+//! The pipeline: packets → segments → TCP streams → frames → events. (In progress.)

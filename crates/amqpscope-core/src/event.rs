@@ -1,0 +1,234 @@
+//! The event model: the one contract between the core and every output (JSONL, Arrow, Python
+//! objects). Field for field the same as `amqpscope/events.py`; timestamps stay integer
+//! nanoseconds here and become float seconds only at the output edge.
+
+use crate::value::Table;
+
+/// Direction of the bytes: client to server or server to client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Dir {
+    C2S,
+    S2C,
+}
+
+impl Dir {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dir::C2S => "c2s",
+            Dir::S2C => "s2c",
+        }
+    }
+
+    pub fn other(self) -> Dir {
+        match self {
+            Dir::C2S => Dir::S2C,
+            Dir::S2C => Dir::C2S,
+        }
+    }
+}
+
+/// The keys every event carries.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Base {
+    /// The packet where the event completed.
+    pub packet: u64,
+    pub ts_ns: i64,
+    /// A stable connection id: the TCP flow number in order of first appearance; -1 for none.
+    pub conn: i64,
+    pub dir: Option<Dir>,
+    pub channel: Option<u16>,
+}
+
+impl Base {
+    /// `ts` as the outputs show it: float seconds since the epoch.
+    pub fn ts(&self) -> f64 {
+        self.ts_ns as f64 / 1e9
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProtocolHeader {
+    pub base: Base,
+    /// "0-9-1", "0-9", "0-8", "0-10", "1.0", … or "unknown (a.b.c.d)".
+    pub version: String,
+    pub raw: [u8; 8],
+}
+
+/// One AMQP frame. Method frames carry the decoded method; headers the content properties.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Frame {
+    pub base: Base,
+    /// method | header | body | heartbeat | oob-method | oob-header | oob-body | trace | unknown-N
+    pub ftype: String,
+    /// Payload size as declared in the frame header.
+    pub size: u32,
+    pub class_id: Option<i32>,
+    pub method_id: Option<i32>,
+    /// "basic.publish"; "40.51" style ids when the spec does not know them.
+    pub method: Option<String>,
+    pub args: Option<Table>,
+    pub body_size: Option<u64>,
+    pub properties: Option<Table>,
+    /// Decoded after the stream was resynchronised (mid-stream start, gap, garbage).
+    pub resync: bool,
+    /// A decode problem; the frame is still reported.
+    pub problem: Option<String>,
+    /// Body frames only; kept for renderers, not written to JSONL.
+    pub payload: Option<Vec<u8>>,
+}
+
+/// A whole message: the content method, its header and all body frames, assembled per channel.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Message {
+    pub base: Base,
+    /// basic.publish | basic.deliver | basic.get-ok | basic.return
+    pub method: String,
+    pub args: Table,
+    pub properties: Table,
+    pub body_size: u64,
+    /// Bytes seen; less than body_size when the content was cut short.
+    pub body_received: u64,
+    pub complete: bool,
+    pub first_packet: u64,
+    pub frames: u64,
+    pub body_sha256: Option<String>,
+    /// Kept for `--body`, not written as is.
+    pub body: Option<Vec<u8>>,
+}
+
+/// Bytes of one direction missing from the capture; nothing in them is guessed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Gap {
+    pub base: Base,
+    pub size: u64,
+    /// The frame the gap cut into, when its header was seen.
+    pub lost_frame: Option<String>,
+}
+
+/// The frame stream was (re)found after unknown position: stream start mid-way, gap or garbage.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resync {
+    pub base: Base,
+    /// Bytes passed over before the first confirmed frame.
+    pub skipped: u64,
+    pub reason: String,
+}
+
+/// Bytes that could not be framed: the stream loses sync and is searched again.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Malformed {
+    pub base: Base,
+    pub reason: String,
+    /// Stream offset (bytes of this direction) where the problem was seen.
+    pub offset: u64,
+}
+
+/// A connection opening (first packet seen) or closing (with everything negotiated on it).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Connection {
+    pub base: Base,
+    /// "open" | "close"
+    pub state: String,
+    /// "address:port"
+    pub client: String,
+    pub server: String,
+    pub syn_seen: bool,
+    pub version: Option<String>,
+    /// close: "connection.close", "fin", "rst", "eof", "evicted"
+    pub ended: Option<String>,
+    pub frame_max: Option<i64>,
+    pub channel_max: Option<i64>,
+    pub heartbeat: Option<i64>,
+    pub mechanism: Option<String>,
+    pub user: Option<String>,
+    /// Only with show_credentials; otherwise None.
+    pub password: Option<String>,
+    pub vhost: Option<String>,
+    pub client_product: Option<String>,
+    pub client_version: Option<String>,
+    pub client_platform: Option<String>,
+    pub server_product: Option<String>,
+    pub server_version: Option<String>,
+    pub close_code: Option<i64>,
+    pub close_text: Option<String>,
+    /// "client" | "server"
+    pub close_by: Option<String>,
+    pub frames_c2s: u64,
+    pub frames_s2c: u64,
+    pub bytes_c2s: u64,
+    pub bytes_s2c: u64,
+    pub client_properties: Option<Table>,
+    pub server_properties: Option<Table>,
+}
+
+impl Default for Base {
+    fn default() -> Self {
+        Base {
+            packet: 0,
+            ts_ns: 0,
+            conn: -1,
+            dir: None,
+            channel: None,
+        }
+    }
+}
+
+/// Where every byte of every AMQP stream went (`decode --stats`).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Accounting {
+    pub base: Base,
+    pub stream_bytes: u64,
+    pub frame_bytes: u64,
+    /// Protocol headers.
+    pub header_bytes: u64,
+    pub gap_bytes: u64,
+    /// Garbage, partial frames around gaps, bytes before a resync.
+    pub skipped_bytes: u64,
+    /// An incomplete frame left at the end of the capture.
+    pub pending_bytes: u64,
+    pub frames: u64,
+    pub packets: u64,
+    pub tcp_packets: u64,
+}
+
+/// One event. `Finding` joins this list when validation moves into the core.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    ProtocolHeader(ProtocolHeader),
+    Frame(Box<Frame>),
+    Message(Box<Message>),
+    Gap(Gap),
+    Resync(Resync),
+    Malformed(Malformed),
+    Connection(Box<Connection>),
+    Accounting(Accounting),
+}
+
+impl Event {
+    /// The `kind` every output names the event by.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Event::ProtocolHeader(_) => "protocol-header",
+            Event::Frame(_) => "frame",
+            Event::Message(_) => "message",
+            Event::Gap(_) => "gap",
+            Event::Resync(_) => "resync",
+            Event::Malformed(_) => "malformed",
+            Event::Connection(_) => "connection",
+            Event::Accounting(_) => "accounting",
+        }
+    }
+
+    pub fn base(&self) -> &Base {
+        match self {
+            Event::ProtocolHeader(e) => &e.base,
+            Event::Frame(e) => &e.base,
+            Event::Message(e) => &e.base,
+            Event::Gap(e) => &e.base,
+            Event::Resync(e) => &e.base,
+            Event::Malformed(e) => &e.base,
+            Event::Connection(e) => &e.base,
+            Event::Accounting(e) => &e.base,
+        }
+    }
+}

@@ -1,0 +1,22 @@
+//! amqpscope's per-packet path: capture files in, AMQP events out.
+//!
+//! The stages, each a module with one job, in the order a packet meets them:
+//! `capture` (pcap/pcapng records) → `net` (link/IP/TCP) → `reasm` (flows, ordered bytes, gaps)
+//! → `frames` (AMQP frames with resync) → `codec` (methods, properties, field tables, executed from
+//! the `tables` Python compiles out of the spec) → `session` (connections, messages) → `event`s,
+//! which `jsonl` writes. `engine` drives them; every limit lives in `limits`.
+#![forbid(unsafe_code)]
+
+pub mod capture;
+pub mod codec;
+pub mod engine;
+pub mod event;
+pub mod frames;
+pub mod jsonl;
+pub mod limits;
+pub mod net;
+pub mod reasm;
+pub mod session;
+pub mod tables;
+pub mod types;
+pub mod value;

@@ -1,0 +1,1 @@
+//! Connections: TCP flow events in, AMQP events out. (Port in progress.)

@@ -1,0 +1,5 @@
+//! The spec as data: what Python compiles out of the XML and the codec executes. (In progress.)
+
+/// Methods, properties and domains of one spec, resolved to wire types.
+#[derive(Debug, Clone, Default)]
+pub struct SpecTables {}

@@ -1,0 +1,116 @@
+//! What flows between the lower stages: packets, TCP segments, and what reassembly emits.
+
+use std::fmt;
+use std::net::IpAddr;
+
+/// One captured packet, as the capture file handed it over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Packet {
+    /// 1-based over every packet of the input, like tshark's frame.number.
+    pub index: u64,
+    /// Capture timestamp, nanoseconds since the epoch.
+    pub ts_ns: i64,
+    /// pcap LINKTYPE_* of the interface it was captured on.
+    pub linktype: u32,
+    pub data: Vec<u8>,
+    /// Original length on the wire (caplen == data.len()).
+    pub wirelen: u32,
+}
+
+/// An (address, port) pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Endpoint {
+    pub addr: IpAddr,
+    pub port: u16,
+}
+
+impl fmt::Display for Endpoint {
+    /// `127.0.0.1:5672`, `[::1]:5672`: the text form every output uses.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.addr {
+            IpAddr::V4(a) => write!(f, "{a}:{}", self.port),
+            IpAddr::V6(a) => write!(f, "[{a}]:{}", self.port),
+        }
+    }
+}
+
+pub const FIN: u8 = 0x01;
+pub const SYN: u8 = 0x02;
+pub const RST: u8 = 0x04;
+pub const PSH: u8 = 0x08;
+pub const ACK: u8 = 0x10;
+
+/// A TCP segment with the addressing needed to put it in a flow.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Segment<'a> {
+    pub index: u64,
+    pub ts_ns: i64,
+    pub src: Endpoint,
+    pub dst: Endpoint,
+    pub seq: u32,
+    pub ack: u32,
+    /// TCP flag bits: FIN 0x01, SYN 0x02, RST 0x04, PSH 0x08, ACK 0x10.
+    pub flags: u8,
+    pub payload: &'a [u8],
+}
+
+/// How a flow ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseHow {
+    Fin,
+    Rst,
+    Evicted,
+    /// End of the capture.
+    Eof,
+}
+
+impl CloseHow {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CloseHow::Fin => "fin",
+            CloseHow::Rst => "rst",
+            CloseHow::Evicted => "evicted",
+            CloseHow::Eof => "eof",
+        }
+    }
+}
+
+/// What TCP reassembly emits, per flow and direction. `flow` is assigned in order of first
+/// appearance (0, 1, 2 … like tshark's tcp.stream); `src`/`dst` give the direction of the bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TcpEvent {
+    Open {
+        flow: u64,
+        /// The SYN sender when the handshake was seen, else the first packet's source.
+        client: Endpoint,
+        server: Endpoint,
+        syn_seen: bool,
+        packet: u64,
+        ts_ns: i64,
+    },
+    /// In-order bytes, never overlapping what came before in this direction.
+    Data {
+        flow: u64,
+        src: Endpoint,
+        dst: Endpoint,
+        data: Vec<u8>,
+        /// The packet whose arrival made these bytes contiguous.
+        packet: u64,
+        ts_ns: i64,
+    },
+    /// Bytes of one direction that never arrived; never zero-filled. `size` 0 when unknown.
+    Gap {
+        flow: u64,
+        src: Endpoint,
+        dst: Endpoint,
+        size: u64,
+        packet: u64,
+        ts_ns: i64,
+    },
+    Close {
+        flow: u64,
+        how: CloseHow,
+        packet: u64,
+        ts_ns: i64,
+    },
+}

@@ -1,0 +1,11 @@
+//! `amqpscope._native`: the PyO3 binding of amqpscope-core. Thin by design: conversions between
+//! Python and the core's plain data, the GIL released while the core works, panics caught at the
+//! edge. All parsing lives in the core crate.
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
