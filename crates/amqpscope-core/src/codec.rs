@@ -30,6 +30,13 @@ pub struct DecodedHeader {
     pub problem: Option<String>,
 }
 
+/// Who may send a method, from the spec's chassis (the peer opposite each implementing chassis).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Senders {
+    pub client: bool,
+    pub server: bool,
+}
+
 /// Decoders for every method and content class of one spec.
 pub struct Codec {
     _tables: SpecTables,
@@ -46,6 +53,11 @@ impl Codec {
 
     pub fn method_known(&self, _class_id: u16, _method_id: u16) -> bool {
         false
+    }
+
+    /// Who may send (class, method), if the spec knows it.
+    pub fn sent_by(&self, _class_id: u16, _method_id: u16) -> Option<Senders> {
+        None
     }
 
     pub fn decode_method(&self, payload: &[u8]) -> DecodedMethod {

@@ -1,1 +1,195 @@
-//! The pipeline: packets → segments → TCP streams → frames → events. (In progress.)
+//! The pipeline: packets → segments → TCP streams → frames → events.
+//!
+//! `Engine` is push-based (a packet in, its events out) so that files, live capture helpers and
+//! Spark slices drive the same code; `Run` pulls a `PacketReader` through an engine in batches,
+//! which is what the binding hands to Python with the GIL released.
+
+use std::collections::BTreeMap;
+
+use crate::capture::{CaptureError, PacketReader};
+use crate::codec::Codec;
+use crate::event::{Accounting, Base, Event};
+use crate::limits::Limits;
+use crate::net::SegmentParser;
+use crate::reasm::Reassembler;
+use crate::session::{Options, Session};
+use crate::types::{CloseHow, Packet, TcpEvent};
+
+/// Decides which TCP flow events reach the AMQP session (Spark slices decode a share of a
+/// capture's connections; every flow is still reassembled).
+pub type Select = Box<dyn FnMut(&TcpEvent) -> bool + Send>;
+
+/// Packets in, events out, for one capture or live interface.
+pub struct Engine {
+    net: SegmentParser,
+    reasm: Reassembler,
+    session: Session,
+    select: Option<Select>,
+    packets: u64,
+    tcp_packets: u64,
+    tcp: Vec<TcpEvent>,
+    finished: bool,
+}
+
+impl Engine {
+    pub fn new(codec: Codec, options: Options, limits: &Limits) -> Engine {
+        Engine {
+            net: SegmentParser::new(),
+            reasm: Reassembler::new(limits),
+            session: Session::new(codec, options, limits),
+            select: None,
+            packets: 0,
+            tcp_packets: 0,
+            tcp: Vec::new(),
+            finished: false,
+        }
+    }
+
+    pub fn with_select(mut self, select: Select) -> Engine {
+        self.select = Some(select);
+        self
+    }
+
+    /// Every event one packet completes.
+    pub fn packet(&mut self, pkt: &Packet, out: &mut Vec<Event>) {
+        self.packets += 1;
+        let Some(seg) = self.net.parse(pkt) else {
+            return;
+        };
+        self.tcp_packets += 1;
+        self.reasm.feed(&seg, &mut self.tcp);
+        self.drain_tcp(out);
+    }
+
+    /// The end of the input: holes become gaps, every flow closes ("eof").
+    pub fn finish(&mut self, out: &mut Vec<Event>) {
+        if self.finished {
+            return;
+        }
+        self.finished = true;
+        self.reasm.finish(&mut self.tcp);
+        let last_ts = self.tcp.iter().rev().find_map(ts_of).unwrap_or(0);
+        self.drain_tcp(out);
+        for flow in self.session.open_flows() {
+            self.session
+                .close_flow(flow, CloseHow::Eof, self.packets, last_ts, out);
+        }
+    }
+
+    fn drain_tcp(&mut self, out: &mut Vec<Event>) {
+        for tev in self.tcp.drain(..) {
+            if let Some(select) = self.select.as_mut() {
+                if !select(&tev) {
+                    continue;
+                }
+            }
+            self.session.handle(tev, out);
+        }
+    }
+
+    pub fn packets(&self) -> u64 {
+        self.packets
+    }
+
+    pub fn tcp_packets(&self) -> u64 {
+        self.tcp_packets
+    }
+
+    /// Why packets that are not TCP segments were passed over, with counts.
+    pub fn skipped(&self) -> &BTreeMap<String, u64> {
+        &self.net.skipped
+    }
+
+    pub fn notes(&self) -> &BTreeMap<String, u64> {
+        &self.net.notes
+    }
+
+    pub fn buffered_bytes(&self) -> u64 {
+        self.reasm.buffered_bytes()
+    }
+
+    /// Where every byte of every AMQP stream went, so far.
+    pub fn accounting(&self, ts_ns: i64) -> Accounting {
+        let a = self.session.accounting();
+        Accounting {
+            base: Base {
+                packet: self.packets,
+                ts_ns,
+                conn: -1,
+                dir: None,
+                channel: None,
+            },
+            stream_bytes: a.stream_bytes,
+            frame_bytes: a.frame_bytes,
+            header_bytes: a.header_bytes,
+            gap_bytes: a.gap_bytes,
+            skipped_bytes: a.skipped_bytes,
+            pending_bytes: a.pending_bytes,
+            frames: a.frames,
+            packets: self.packets,
+            tcp_packets: self.tcp_packets,
+        }
+    }
+}
+
+fn ts_of(tev: &TcpEvent) -> Option<i64> {
+    match tev {
+        TcpEvent::Open { ts_ns, .. }
+        | TcpEvent::Data { ts_ns, .. }
+        | TcpEvent::Gap { ts_ns, .. }
+        | TcpEvent::Close { ts_ns, .. } => Some(*ts_ns),
+    }
+}
+
+/// A capture read through an engine, in batches of events.
+pub struct Run {
+    reader: PacketReader,
+    pub engine: Engine,
+    /// A read error met after the events decoded before it were handed out.
+    error: Option<CaptureError>,
+    done: bool,
+}
+
+impl Run {
+    pub fn new(reader: PacketReader, engine: Engine) -> Run {
+        Run {
+            reader,
+            engine,
+            error: None,
+            done: false,
+        }
+    }
+
+    /// Append events until at least `min_events` are there or the input ends. Ok(false): nothing
+    /// more will come. A read error (a truncated file) is returned after the events decoded
+    /// before it, and after every flow was finished.
+    pub fn next_batch(
+        &mut self,
+        min_events: usize,
+        out: &mut Vec<Event>,
+    ) -> Result<bool, CaptureError> {
+        if let Some(err) = self.error.take() {
+            return Err(err);
+        }
+        if self.done {
+            return Ok(false);
+        }
+        while out.len() < min_events {
+            match self.reader.next_packet() {
+                Ok(Some(pkt)) => self.engine.packet(&pkt, out),
+                Ok(None) => {
+                    self.engine.finish(out);
+                    self.done = true;
+                    return Ok(!out.is_empty());
+                }
+                Err(err) => {
+                    self.engine.finish(out);
+                    self.done = true;
+                    self.error = Some(err);
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(true)
+    }
+}

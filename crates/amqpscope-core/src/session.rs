@@ -1,1 +1,987 @@
-//! Connections: TCP flow events in, AMQP events out. (Port in progress.)
+//! Connections: TCP flow events in, AMQP events out.
+//!
+//! Per flow this decides whether it is AMQP (protocol header, a configured port, or frames
+//! confirmed by the stream heuristic), which side is the client, and keeps what was negotiated
+//! (frame-max, channel-max, heartbeat, properties, user, vhost). Per channel it assembles content
+//! (method, header, body frames) into whole messages. Credentials are parsed here and redacted
+//! before any event leaves, unless the caller asks to show them.
+
+use std::collections::HashMap;
+
+use sha2::{Digest, Sha256};
+
+use crate::codec::Codec;
+use crate::event::{
+    Base, Connection, Dir, Event, Frame, Gap, Malformed, Message, ProtocolHeader, Resync,
+};
+use crate::frames::{FrameStream, StreamAccounting, StreamItem};
+use crate::limits::Limits;
+use crate::types::{CloseHow, Endpoint, TcpEvent};
+use crate::value::{get, Table, Value};
+
+pub const REDACTED: &str = "[redacted]";
+const FRAME_METHOD: u8 = 1;
+const FRAME_HEADER: u8 = 2;
+const FRAME_BODY: u8 = 3;
+const CONNECTION_CLASS: i32 = 10;
+
+/// What the caller decides about a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    /// Ports that mark a flow as AMQP and its side as the server's.
+    pub ports: Vec<u16>,
+    pub show_credentials: bool,
+    /// Keep message bodies in memory (up to `Limits::max_body_kept`) for `--body`.
+    pub keep_bodies: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            ports: vec![5672],
+            show_credentials: false,
+            keep_bodies: true,
+        }
+    }
+}
+
+/// The name of a frame type as events show it.
+pub fn frame_type_name(ftype: u8) -> String {
+    match ftype {
+        1 => "method".into(),
+        2 => "header".into(),
+        3 => "body".into(),
+        8 => "heartbeat".into(),
+        4 => "oob-method".into(),
+        5 => "oob-header".into(),
+        6 => "oob-body".into(),
+        7 => "trace".into(),
+        n => format!("unknown-{n}"),
+    }
+}
+
+/// A message being assembled on one channel.
+struct Content {
+    /// Insertion order: open messages are closed in the order they started, as a dict iterates.
+    seq: u64,
+    method: String,
+    args: Table,
+    first_packet: u64,
+    properties: Option<Table>,
+    body_size: u64,
+    received: u64,
+    frames: u64,
+    body: Vec<u8>,
+    sha: Option<Sha256>,
+}
+
+/// What a connection negotiated, as far as the capture shows it.
+#[derive(Default)]
+struct Info {
+    server_properties: Option<Value>,
+    version: Option<String>,
+    client_properties: Option<Value>,
+    mechanism: Option<String>,
+    user: Option<String>,
+    password: Option<String>,
+    channel_max: Option<Value>,
+    frame_max: Option<Value>,
+    heartbeat: Option<Value>,
+    vhost: Option<Value>,
+    close: Option<(Option<Value>, Option<Value>, Dir)>,
+}
+
+/// One TCP flow carrying (or maybe carrying) AMQP.
+struct Conn {
+    id: u64,
+    first_packet: u64,
+    first_ts: i64,
+    client: Endpoint,
+    server: Endpoint,
+    syn_seen: bool,
+    /// None until decided.
+    amqp: Option<bool>,
+    /// The two directions, keyed by their sender as first seen (a swap does not move them).
+    senders: [Endpoint; 2],
+    streams: [FrameStream; 2],
+    /// Events held until the flow is known to be AMQP.
+    pending: Vec<Event>,
+    opened: bool,
+    closed: bool,
+    version: Option<String>,
+    info: Info,
+    contents: HashMap<(Dir, u16), Content>,
+    close_seen: bool,
+    next_seq: u64,
+}
+
+/// All connections of one capture (or live interface).
+pub struct Session {
+    codec: Codec,
+    options: Options,
+    limits: Limits,
+    conns: HashMap<u64, Conn>,
+    /// Accounting of the AMQP streams already closed.
+    closed: StreamAccounting,
+}
+
+impl Session {
+    pub fn new(codec: Codec, options: Options, limits: &Limits) -> Session {
+        Session {
+            codec,
+            options,
+            limits: limits.clone(),
+            conns: HashMap::new(),
+            closed: StreamAccounting::default(),
+        }
+    }
+
+    pub fn codec(&self) -> &Codec {
+        &self.codec
+    }
+
+    /// Byte accounting summed over every AMQP stream, closed or still open.
+    pub fn accounting(&self) -> StreamAccounting {
+        let mut total = self.closed;
+        for conn in self.conns.values() {
+            if conn.amqp == Some(true) {
+                conn.add_accounting(&mut total);
+            }
+        }
+        total
+    }
+
+    /// Connections still open, in flow order (to close them at the end of the input).
+    pub fn open_flows(&self) -> Vec<u64> {
+        let mut ids: Vec<u64> = self.conns.keys().copied().collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    pub fn handle(&mut self, ev: TcpEvent, out: &mut Vec<Event>) {
+        let Session {
+            codec,
+            options,
+            limits,
+            conns,
+            closed,
+        } = self;
+        let ctx = Ctx {
+            codec,
+            options,
+            limits,
+        };
+        match ev {
+            TcpEvent::Data {
+                flow,
+                src,
+                data,
+                packet,
+                ts_ns,
+                ..
+            } => {
+                if let Some(conn) = conns.get_mut(&flow) {
+                    conn.data(&ctx, src, &data, packet, ts_ns, out);
+                }
+            }
+            TcpEvent::Open {
+                flow,
+                client,
+                server,
+                syn_seen,
+                packet,
+                ts_ns,
+            } => {
+                conns.insert(
+                    flow,
+                    Conn::new(&ctx, flow, client, server, syn_seen, packet, ts_ns),
+                );
+            }
+            TcpEvent::Gap {
+                flow,
+                src,
+                size,
+                packet,
+                ts_ns,
+                ..
+            } => {
+                if let Some(conn) = conns.get_mut(&flow) {
+                    conn.gap(&ctx, src, size, packet, ts_ns, out);
+                }
+            }
+            TcpEvent::Close {
+                flow,
+                how,
+                packet,
+                ts_ns,
+            } => {
+                if let Some(mut conn) = conns.remove(&flow) {
+                    conn.close(&ctx, how.as_str(), packet, ts_ns, out);
+                    if conn.amqp == Some(true) {
+                        conn.add_accounting(closed);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Close a flow that reassembly never closed (the end of the input).
+    pub fn close_flow(
+        &mut self,
+        flow: u64,
+        how: CloseHow,
+        packet: u64,
+        ts_ns: i64,
+        out: &mut Vec<Event>,
+    ) {
+        self.handle(
+            TcpEvent::Close {
+                flow,
+                how,
+                packet,
+                ts_ns,
+            },
+            out,
+        );
+    }
+}
+
+/// What every connection reads from its session.
+struct Ctx<'s> {
+    codec: &'s Codec,
+    options: &'s Options,
+    limits: &'s Limits,
+}
+
+fn base(conn: u64, packet: u64, ts_ns: i64, dir: Dir, channel: Option<u16>) -> Base {
+    Base {
+        packet,
+        ts_ns,
+        conn: conn as i64,
+        dir: Some(dir),
+        channel,
+    }
+}
+
+impl Conn {
+    fn new(
+        ctx: &Ctx<'_>,
+        id: u64,
+        client: Endpoint,
+        server: Endpoint,
+        syn_seen: bool,
+        packet: u64,
+        ts_ns: i64,
+    ) -> Conn {
+        let ports = &ctx.options.ports;
+        let (mut client, mut server) = (client, server);
+        if !syn_seen && ports.contains(&client.port) && !ports.contains(&server.port) {
+            // mid-stream: the well-known port is the server's
+            std::mem::swap(&mut client, &mut server);
+        }
+        let amqp = (ports.contains(&server.port) || ports.contains(&client.port)).then_some(true);
+        Conn {
+            id,
+            first_packet: packet,
+            first_ts: ts_ns,
+            client,
+            server,
+            syn_seen,
+            amqp,
+            senders: [client, server],
+            streams: [
+                FrameStream::new(syn_seen, ctx.limits),
+                FrameStream::new(syn_seen, ctx.limits),
+            ],
+            pending: Vec::new(),
+            opened: false,
+            closed: false,
+            version: None,
+            info: Info::default(),
+            contents: HashMap::new(),
+            close_seen: false,
+            next_seq: 0,
+        }
+    }
+
+    fn dir_of(&self, src: Endpoint) -> Dir {
+        if src == self.client {
+            Dir::C2S
+        } else {
+            Dir::S2C
+        }
+    }
+
+    fn stream_of(&self, src: Endpoint) -> Option<usize> {
+        self.senders.iter().position(|s| *s == src)
+    }
+
+    fn swap(&mut self) {
+        std::mem::swap(&mut self.client, &mut self.server);
+    }
+
+    fn add_accounting(&self, total: &mut StreamAccounting) {
+        for s in &self.streams {
+            total.add(&s.accounting);
+        }
+    }
+
+    fn data(
+        &mut self,
+        ctx: &Ctx<'_>,
+        src: Endpoint,
+        data: &[u8],
+        packet: u64,
+        ts_ns: i64,
+        out: &mut Vec<Event>,
+    ) {
+        let Some(i) = self.stream_of(src) else { return };
+        if self.amqp == Some(false) {
+            let acc = &mut self.streams[i].accounting;
+            acc.stream_bytes += data.len() as u64;
+            acc.skipped_bytes += data.len() as u64;
+            return;
+        }
+        let mut items = Vec::new();
+        let codec = ctx.codec;
+        self.streams[i].feed(
+            data,
+            packet,
+            ts_ns,
+            &|c, m| codec.method_known(c, m),
+            &mut items,
+        );
+        if self.amqp.is_none() {
+            self.detect(ctx, src, i, &items);
+        }
+        self.emit(ctx, src, items, out);
+    }
+
+    fn gap(
+        &mut self,
+        ctx: &Ctx<'_>,
+        src: Endpoint,
+        size: u64,
+        packet: u64,
+        ts_ns: i64,
+        out: &mut Vec<Event>,
+    ) {
+        let Some(i) = self.stream_of(src) else { return };
+        if self.amqp == Some(false) {
+            return;
+        }
+        let mut items = Vec::new();
+        self.streams[i].gap(size, packet, ts_ns, &mut items);
+        self.emit(ctx, src, items, out);
+    }
+
+    fn close(&mut self, ctx: &Ctx<'_>, how: &str, packet: u64, ts_ns: i64, out: &mut Vec<Event>) {
+        if self.closed {
+            return;
+        }
+        let mut tail = Vec::new();
+        for i in 0..2 {
+            let mut items = Vec::new();
+            self.streams[i].finish(&mut items);
+            let src = self.senders[i];
+            self.emit(ctx, src, items, &mut tail);
+        }
+        if self.amqp.is_none() {
+            self.amqp = Some(false); // never confirmed: not reported
+        }
+        if self.amqp != Some(true) {
+            return;
+        }
+        if !self.opened {
+            // a flow on an AMQP port that ended before any byte of AMQP (SYN then RST: a refused
+            // connection): still a connection, and every close follows its open
+            self.opened = true;
+            out.push(self.open_event());
+            out.append(&mut self.pending);
+        }
+        out.append(&mut tail);
+        let mut open: Vec<((Dir, u16), Content)> = self.contents.drain().collect();
+        open.sort_by_key(|(_, c)| c.seq);
+        for ((d, ch), content) in open {
+            out.push(self.message(d, ch, content, packet, ts_ns, false));
+        }
+        out.push(self.close_event(ctx, how, packet, ts_ns));
+        self.closed = true;
+    }
+
+    // --- detection -------------------------------------------------------------------------------
+
+    fn detect(&mut self, ctx: &Ctx<'_>, src: Endpoint, i: usize, items: &[StreamItem]) {
+        for item in items {
+            if let StreamItem::Header { version, .. } = item {
+                self.amqp = Some(!version.is_empty());
+                if src != self.client {
+                    self.swap(); // the protocol header is the client's
+                }
+                return;
+            }
+        }
+        let stream = &self.streams[i];
+        if items
+            .iter()
+            .any(|it| matches!(it, StreamItem::Frame { .. }))
+            && stream.synced_once
+        {
+            self.amqp = Some(true);
+            self.infer_direction(ctx, src, items);
+            return;
+        }
+        let seen = stream.accounting.stream_bytes;
+        if (self.syn_seen && src == self.client && seen >= 8) || seen > ctx.limits.detect_bytes {
+            // a client whose stream starts with anything but "AMQP" is not AMQP
+            self.amqp = Some(false);
+        }
+    }
+
+    /// Mid-stream without a known port: the chassis of the first methods tells who sent them.
+    fn infer_direction(&mut self, ctx: &Ctx<'_>, src: Endpoint, items: &[StreamItem]) {
+        for item in items {
+            let StreamItem::Frame {
+                ftype: FRAME_METHOD,
+                payload,
+                ..
+            } = item
+            else {
+                continue;
+            };
+            if payload.len() < 4 {
+                continue;
+            }
+            let class_id = u16::from_be_bytes([payload[0], payload[1]]);
+            let method_id = u16::from_be_bytes([payload[2], payload[3]]);
+            let senders = match ctx.codec.sent_by(class_id, method_id) {
+                None => continue,
+                Some(s) => s,
+            };
+            if senders.client != senders.server {
+                if senders.client != (src == self.client) {
+                    self.swap();
+                }
+                return;
+            }
+        }
+    }
+
+    // --- events ----------------------------------------------------------------------------------
+
+    fn emit(&mut self, ctx: &Ctx<'_>, src: Endpoint, items: Vec<StreamItem>, out: &mut Vec<Event>) {
+        if self.amqp == Some(false) || items.is_empty() {
+            return;
+        }
+        let held = self.amqp.is_none();
+        let mut fresh = Vec::new();
+        let sink = if held {
+            &mut fresh
+        } else {
+            if !self.opened {
+                self.opened = true;
+                out.push(self.open_event());
+                out.append(&mut self.pending);
+            }
+            &mut *out
+        };
+        let d = self.dir_of(src);
+        let id = self.id;
+        for item in items {
+            match item {
+                StreamItem::Frame {
+                    ftype: FRAME_BODY,
+                    channel,
+                    payload,
+                    packet,
+                    ts_ns,
+                    resync,
+                } => {
+                    let done = self.body(ctx, d, channel, &payload, packet, ts_ns);
+                    sink.push(Event::Frame(Box::new(Frame {
+                        base: base(id, packet, ts_ns, d, Some(channel)),
+                        ftype: "body".into(),
+                        size: payload.len() as u32,
+                        class_id: None,
+                        method_id: None,
+                        method: None,
+                        args: None,
+                        body_size: None,
+                        properties: None,
+                        resync,
+                        problem: None,
+                        payload: Some(payload),
+                    })));
+                    sink.extend(done);
+                }
+                StreamItem::Frame {
+                    ftype,
+                    channel,
+                    payload,
+                    packet,
+                    ts_ns,
+                    resync,
+                } => {
+                    self.frame(
+                        ctx, d, ftype, channel, &payload, packet, ts_ns, resync, sink,
+                    );
+                }
+                StreamItem::Header {
+                    version,
+                    raw,
+                    packet,
+                    ts_ns,
+                } => {
+                    if self.version.is_none() {
+                        self.version = Some(version.clone());
+                    }
+                    sink.push(Event::ProtocolHeader(ProtocolHeader {
+                        base: base(id, packet, ts_ns, d, None),
+                        version,
+                        raw,
+                    }));
+                }
+                StreamItem::Gap {
+                    size,
+                    lost_frame,
+                    packet,
+                    ts_ns,
+                } => {
+                    sink.push(Event::Gap(Gap {
+                        base: base(id, packet, ts_ns, d, None),
+                        size,
+                        lost_frame,
+                    }));
+                }
+                StreamItem::Resync {
+                    skipped,
+                    reason,
+                    packet,
+                    ts_ns,
+                } => {
+                    sink.push(Event::Resync(Resync {
+                        base: base(id, packet, ts_ns, d, None),
+                        skipped,
+                        reason,
+                    }));
+                }
+                StreamItem::Malformed {
+                    reason,
+                    offset,
+                    packet,
+                    ts_ns,
+                } => {
+                    sink.push(Event::Malformed(Malformed {
+                        base: base(id, packet, ts_ns, d, None),
+                        reason,
+                        offset,
+                    }));
+                }
+            }
+        }
+        if held {
+            self.pending.append(&mut fresh);
+        }
+    }
+
+    /// A body frame's share of the message on its channel, and the message if it completes it.
+    fn body(
+        &mut self,
+        ctx: &Ctx<'_>,
+        d: Dir,
+        channel: u16,
+        payload: &[u8],
+        packet: u64,
+        ts_ns: i64,
+    ) -> Option<Event> {
+        let content = self.contents.get_mut(&(d, channel))?;
+        content.properties.as_ref()?;
+        content.frames += 1;
+        content.received += payload.len() as u64;
+        if let Some(sha) = content.sha.as_mut() {
+            sha.update(payload);
+        }
+        if ctx.options.keep_bodies && content.received <= ctx.limits.max_body_kept {
+            content.body.extend_from_slice(payload);
+        }
+        if content.received < content.body_size {
+            return None;
+        }
+        let content = self.contents.remove(&(d, channel))?;
+        Some(self.message(d, channel, content, packet, ts_ns, true))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn frame(
+        &mut self,
+        ctx: &Ctx<'_>,
+        d: Dir,
+        ftype: u8,
+        channel: u16,
+        payload: &[u8],
+        packet: u64,
+        ts_ns: i64,
+        resync: bool,
+        out: &mut Vec<Event>,
+    ) {
+        let b = base(self.id, packet, ts_ns, d, Some(channel));
+        let size = payload.len() as u32;
+        match ftype {
+            FRAME_METHOD => {
+                let m = ctx.codec.decode_method(payload);
+                let mut args = m.args;
+                if m.known && m.class_id == CONNECTION_CLASS {
+                    args = self.negotiation(ctx, &m.name, args, d);
+                }
+                let content = m.known && m.content;
+                let name = m.name.to_string();
+                out.push(Event::Frame(Box::new(Frame {
+                    base: b,
+                    ftype: "method".into(),
+                    size,
+                    class_id: Some(m.class_id),
+                    method_id: Some(m.method_id),
+                    method: Some(name.clone()),
+                    args: Some(if content {
+                        args.clone()
+                    } else {
+                        std::mem::take(&mut args)
+                    }),
+                    body_size: None,
+                    properties: None,
+                    resync,
+                    problem: m.problem,
+                    payload: None,
+                })));
+                if !content {
+                    return;
+                }
+                if let Some(prev) = self.contents.remove(&(d, channel)) {
+                    out.push(self.message(d, channel, prev, packet, ts_ns, false));
+                }
+                self.next_seq += 1;
+                let c = Content {
+                    seq: self.next_seq,
+                    method: name,
+                    args,
+                    first_packet: packet,
+                    properties: None,
+                    body_size: 0,
+                    received: 0,
+                    frames: 1,
+                    body: Vec::new(),
+                    sha: None,
+                };
+                self.contents.insert((d, channel), c);
+            }
+            FRAME_HEADER => {
+                let h = ctx.codec.decode_header(payload);
+                out.push(Event::Frame(Box::new(Frame {
+                    base: b,
+                    ftype: "header".into(),
+                    size,
+                    class_id: Some(h.class_id),
+                    method_id: None,
+                    method: None,
+                    args: None,
+                    body_size: Some(h.body_size),
+                    properties: Some(h.properties.clone()),
+                    resync,
+                    problem: h.problem,
+                    payload: None,
+                })));
+                let Some(content) = self.contents.get_mut(&(d, channel)) else {
+                    return;
+                };
+                if content.properties.is_some() {
+                    return;
+                }
+                content.properties = Some(h.properties);
+                content.body_size = h.body_size;
+                content.frames += 1;
+                content.sha = Some(Sha256::new());
+                if h.body_size == 0 {
+                    if let Some(content) = self.contents.remove(&(d, channel)) {
+                        out.push(self.message(d, channel, content, packet, ts_ns, true));
+                    }
+                }
+            }
+            _ => {
+                out.push(Event::Frame(Box::new(Frame {
+                    base: b,
+                    ftype: frame_type_name(ftype),
+                    size,
+                    class_id: None,
+                    method_id: None,
+                    method: None,
+                    args: None,
+                    body_size: None,
+                    properties: None,
+                    resync,
+                    problem: None,
+                    payload: None,
+                })));
+            }
+        }
+    }
+
+    fn message(
+        &self,
+        d: Dir,
+        channel: u16,
+        c: Content,
+        packet: u64,
+        ts_ns: i64,
+        complete: bool,
+    ) -> Event {
+        let body = if !c.body.is_empty() || c.properties.is_some() {
+            Some(c.body)
+        } else {
+            None
+        };
+        let sha = c.sha.map(|s| hex(&s.finalize()));
+        Event::Message(Box::new(Message {
+            base: base(self.id, packet, ts_ns, d, Some(channel)),
+            method: c.method,
+            args: c.args,
+            properties: c.properties.unwrap_or_default(),
+            body_size: c.body_size,
+            body_received: c.received,
+            complete: complete && c.received == c.body_size,
+            first_packet: c.first_packet,
+            frames: c.frames,
+            body_sha256: sha,
+            body,
+        }))
+    }
+
+    // --- connection-level state ------------------------------------------------------------------
+
+    fn negotiation(&mut self, ctx: &Ctx<'_>, name: &str, mut args: Table, d: Dir) -> Table {
+        let show = ctx.options.show_credentials;
+        let info = &mut self.info;
+        let arg = |args: &Table, k: &str| get(args, k).cloned();
+        match name {
+            "connection.start" => {
+                info.server_properties = arg(&args, "server_properties");
+                info.version = Some(format!(
+                    "{}-{}",
+                    py_str(get(&args, "version_major")),
+                    py_str(get(&args, "version_minor"))
+                ));
+            }
+            "connection.start-ok" => {
+                info.client_properties = arg(&args, "client_properties");
+                info.mechanism = get(&args, "mechanism")
+                    .and_then(|v| v.as_str())
+                    .map(str::to_owned);
+                let (user, password) =
+                    parse_credentials(ctx.codec, info.mechanism.as_deref(), get(&args, "response"));
+                info.user = user;
+                info.password = password;
+                if !show {
+                    let redacted = redact_response(
+                        info.mechanism.as_deref(),
+                        info.user.as_deref(),
+                        get(&args, "response"),
+                    );
+                    set(&mut args, "response", redacted);
+                }
+            }
+            "connection.secure-ok" if !show => {
+                set(&mut args, "response", Value::Str(REDACTED.into()))
+            }
+            "connection.update-secret" if !show => {
+                set(&mut args, "new_secret", Value::Str(REDACTED.into()))
+            }
+            "connection.tune-ok" => {
+                info.channel_max = arg(&args, "channel_max");
+                info.frame_max = arg(&args, "frame_max");
+                info.heartbeat = arg(&args, "heartbeat");
+            }
+            "connection.open" => info.vhost = arg(&args, "virtual_host"),
+            "connection.close" => {
+                if info.close.is_none() {
+                    info.close = Some((arg(&args, "reply_code"), arg(&args, "reply_text"), d));
+                }
+                self.close_seen = true;
+            }
+            _ => {}
+        }
+        args
+    }
+
+    fn open_event(&self) -> Event {
+        Event::Connection(Box::new(Connection {
+            base: Base {
+                packet: self.first_packet,
+                ts_ns: self.first_ts,
+                conn: self.id as i64,
+                dir: None,
+                channel: None,
+            },
+            state: "open".into(),
+            client: self.client.to_string(),
+            server: self.server.to_string(),
+            syn_seen: self.syn_seen,
+            ..Connection::default()
+        }))
+    }
+
+    fn close_event(&self, ctx: &Ctx<'_>, how: &str, packet: u64, ts_ns: i64) -> Event {
+        let info = &self.info;
+        let table = |v: &Option<Value>| match v {
+            Some(Value::Table(t)) if !t.is_empty() => Some(t.clone()),
+            _ => None,
+        };
+        let cp = table(&info.client_properties);
+        let sp = table(&info.server_properties);
+        let prop =
+            |t: &Option<Table>, k: &str| t.as_ref().and_then(|t| get(t, k)).and_then(py_str_opt);
+        let acc = |ep: Endpoint| {
+            self.stream_of(ep)
+                .map(|i| self.streams[i].accounting)
+                .unwrap_or_default()
+        };
+        let (c2s, s2c) = (acc(self.client), acc(self.server));
+        let int = |v: &Option<Value>| v.as_ref().and_then(Value::as_i64);
+        let ended = if self.close_seen && matches!(how, "fin" | "eof" | "rst") {
+            "connection.close"
+        } else {
+            how
+        };
+        let (close_code, close_text, close_by) = match &info.close {
+            Some((code, text, d)) => (
+                int(code),
+                text.as_ref().and_then(py_str_opt),
+                Some(if *d == Dir::C2S { "client" } else { "server" }.to_string()),
+            ),
+            None => (None, None, None),
+        };
+        Event::Connection(Box::new(Connection {
+            base: Base {
+                packet,
+                ts_ns,
+                conn: self.id as i64,
+                dir: None,
+                channel: None,
+            },
+            state: "close".into(),
+            client: self.client.to_string(),
+            server: self.server.to_string(),
+            syn_seen: self.syn_seen,
+            version: self.version.clone().or_else(|| info.version.clone()),
+            ended: Some(ended.to_string()),
+            frame_max: int(&info.frame_max),
+            channel_max: int(&info.channel_max),
+            heartbeat: int(&info.heartbeat),
+            mechanism: info.mechanism.clone(),
+            user: info.user.clone(),
+            password: if ctx.options.show_credentials {
+                info.password.clone()
+            } else {
+                None
+            },
+            vhost: info.vhost.as_ref().and_then(py_str_opt),
+            client_product: prop(&cp, "product"),
+            client_version: prop(&cp, "version"),
+            client_platform: prop(&cp, "platform"),
+            server_product: prop(&sp, "product"),
+            server_version: prop(&sp, "version"),
+            close_code,
+            close_text,
+            close_by,
+            frames_c2s: c2s.frames,
+            frames_s2c: s2c.frames,
+            bytes_c2s: c2s.stream_bytes,
+            bytes_s2c: s2c.stream_bytes,
+            client_properties: cp,
+            server_properties: sp,
+        }))
+    }
+}
+
+/// Replace the value of `key` in place (its position kept), as `dict(args, key=value)` does.
+fn set(args: &mut Table, key: &str, value: Value) {
+    match args.iter_mut().find(|(k, _)| &**k == key) {
+        Some((_, v)) => *v = value,
+        None => args.push((key.into(), value)),
+    }
+}
+
+fn hex(raw: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(raw.len() * 2);
+    for b in raw {
+        s.push(DIGITS[(b >> 4) as usize] as char);
+        s.push(DIGITS[(b & 15) as usize] as char);
+    }
+    s
+}
+
+/// A value as Python's `str()` shows it, for the few places the events print one.
+fn py_str(v: Option<&Value>) -> String {
+    match v {
+        None | Some(Value::Null) => "None".into(),
+        Some(Value::Str(s)) | Some(Value::Problem(s)) => s.clone(),
+        Some(Value::Int(i)) => i.to_string(),
+        Some(Value::UInt(u)) | Some(Value::Timestamp(u)) => u.to_string(),
+        Some(Value::Bool(b)) => if *b { "True" } else { "False" }.into(),
+        Some(Value::Bytes(b)) => format!("b'{}'", String::from_utf8_lossy(b)),
+        Some(other) => format!("{other:?}"),
+    }
+}
+
+fn py_str_opt(v: &Value) -> Option<String> {
+    match v {
+        Value::Null => None,
+        other => Some(py_str(Some(other))),
+    }
+}
+
+/// User and password from a start-ok response (PLAIN: authzid NUL user NUL password; AMQPLAIN: a
+/// field table without its length prefix holding LOGIN and PASSWORD).
+fn parse_credentials(
+    codec: &Codec,
+    mechanism: Option<&str>,
+    response: Option<&Value>,
+) -> (Option<String>, Option<String>) {
+    let raw: &[u8] = match response {
+        Some(Value::Str(s)) => s.as_bytes(),
+        Some(Value::Bytes(b)) => b,
+        _ => return (None, None),
+    };
+    match mechanism {
+        Some("PLAIN") => {
+            let parts: Vec<&[u8]> = raw.split(|b| *b == 0).collect();
+            if parts.len() == 3 {
+                let text = |p: &[u8]| String::from_utf8_lossy(p).into_owned();
+                (Some(text(parts[1])), Some(text(parts[2])))
+            } else {
+                (None, None)
+            }
+        }
+        Some("AMQPLAIN") => {
+            let table = codec.decode_table_body(raw);
+            let s = |k: &str| get(&table, k).and_then(|v| v.as_str()).map(str::to_owned);
+            (s("LOGIN"), s("PASSWORD"))
+        }
+        _ => (None, None),
+    }
+}
+
+fn redact_response(mechanism: Option<&str>, user: Option<&str>, response: Option<&Value>) -> Value {
+    if let (Some("PLAIN"), Some(user)) = (mechanism, user) {
+        return Value::Str(format!("\0{user}\0{REDACTED}"));
+    }
+    let empty = match response {
+        None | Some(Value::Null) => true,
+        Some(Value::Str(s)) => s.is_empty(),
+        Some(Value::Bytes(b)) => b.is_empty(),
+        _ => false,
+    };
+    if mechanism == Some("EXTERNAL") || empty {
+        return response.cloned().unwrap_or(Value::Null);
+    }
+    Value::Str(REDACTED.into())
+}

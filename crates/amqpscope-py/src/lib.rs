@@ -4,8 +4,12 @@
 
 use pyo3::prelude::*;
 
+mod decoder;
+mod topy;
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<decoder::Decoder>()?;
     Ok(())
 }

@@ -1,0 +1,190 @@
+//! `_native.Decoder`: a capture decoded by the core, handed to Python in batches, as event
+//! objects (made only when asked for) or as JSON lines written in Rust.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Mutex;
+
+use amqpscope_core::capture::{CaptureError, PacketReader};
+use amqpscope_core::codec::Codec;
+use amqpscope_core::engine::{Engine, Run};
+use amqpscope_core::event::Event;
+use amqpscope_core::jsonl::{write_event, BodyMode};
+use amqpscope_core::limits::Limits;
+use amqpscope_core::session::Options;
+use amqpscope_core::tables::SpecTables;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList};
+
+/// Events decoded per trip into the core: large enough that the GIL hand-over is noise, small
+/// enough that Ctrl-C is seen quickly and memory stays flat.
+const BATCH_EVENTS: usize = 4096;
+
+#[pyclass(frozen, module = "amqpscope._native")]
+pub struct Decoder {
+    run: Mutex<Run>,
+}
+
+fn body_mode(body: &str) -> PyResult<BodyMode> {
+    match body {
+        "none" => Ok(BodyMode::None),
+        "preview" => Ok(BodyMode::Preview),
+        "full" => Ok(BodyMode::Full),
+        other => Err(PyValueError::new_err(format!(
+            "body must be none, preview or full, not {other:?}"
+        ))),
+    }
+}
+
+/// The Python exception of a capture error (amqpscope.capture's classes, with the same exit codes).
+pub fn capture_error(py: Python<'_>, err: &CaptureError) -> PyErr {
+    let module = match py.import("amqpscope.capture") {
+        Ok(m) => m,
+        Err(e) => return e,
+    };
+    let (class, args): (&str, (String, Option<u64>)) = match err {
+        CaptureError::Unreadable(m) => ("CaptureUnreadable", (m.clone(), None)),
+        CaptureError::NotACapture(m) => ("NotACapture", (m.clone(), None)),
+        CaptureError::Truncated {
+            message,
+            packets_read,
+        } => ("TruncatedCapture", (message.clone(), Some(*packets_read))),
+        CaptureError::Corrupt(m) => ("CorruptCapture", (m.clone(), None)),
+    };
+    let made = module.getattr(class).and_then(|cls| match args.1 {
+        Some(n) => cls.call1((args.0, n)),
+        None => cls.call1((args.0,)),
+    });
+    match made {
+        Ok(exc) => PyErr::from_value(exc),
+        Err(e) => e,
+    }
+}
+
+/// Run `f` on the decoder's run with the GIL released; a panic becomes a one-line RuntimeError.
+fn with_run<T: Send>(
+    py: Python<'_>,
+    run: &Mutex<Run>,
+    f: impl FnOnce(&mut Run) -> T + Send,
+) -> PyResult<T> {
+    let result = py.detach(|| {
+        let mut guard = match run.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        catch_unwind(AssertUnwindSafe(|| f(&mut guard)))
+    });
+    result.map_err(|panic| {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".into());
+        PyRuntimeError::new_err(format!("internal error in the native core: {what}"))
+    })
+}
+
+impl Decoder {
+    /// The next batch of events; None when the input is done.
+    fn batch(&self, py: Python<'_>) -> PyResult<Option<Vec<Event>>> {
+        let got = with_run(py, &self.run, |run| {
+            let mut out = Vec::with_capacity(BATCH_EVENTS);
+            run.next_batch(BATCH_EVENTS, &mut out)
+                .map(|more| (more, out))
+        })?;
+        py.check_signals()?;
+        match got {
+            Ok((false, out)) if out.is_empty() => Ok(None),
+            Ok((_, out)) => Ok(Some(out)),
+            Err(err) => Err(capture_error(py, &err)),
+        }
+    }
+}
+
+#[pymethods]
+impl Decoder {
+    /// Decode `source` (a path, "-" for stdin) with the spec `tables` (JSON from
+    /// amqpscope.dissect.tables).
+    #[new]
+    #[pyo3(signature = (source, tables, ports = vec![5672], show_credentials = false, keep_bodies = true))]
+    fn new(
+        py: Python<'_>,
+        source: &str,
+        tables: &str,
+        ports: Vec<u16>,
+        show_credentials: bool,
+        keep_bodies: bool,
+    ) -> PyResult<Decoder> {
+        let limits = Limits::default();
+        let tables = SpecTables::from_json(tables).map_err(PyValueError::new_err)?;
+        let reader = py
+            .detach(|| PacketReader::open(source, &limits))
+            .map_err(|e| capture_error(py, &e))?;
+        let options = Options {
+            ports,
+            show_credentials,
+            keep_bodies,
+        };
+        let engine = Engine::new(Codec::new(tables, &limits), options, &limits);
+        Ok(Decoder {
+            run: Mutex::new(Run::new(reader, engine)),
+        })
+    }
+
+    /// The next events as JSON lines (one bytes object), or None at the end.
+    #[pyo3(signature = (body = "none"))]
+    fn jsonl<'py>(&self, py: Python<'py>, body: &str) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        let mode = body_mode(body)?;
+        let Some(events) = self.batch(py)? else {
+            return Ok(None);
+        };
+        let buf = py.detach(|| {
+            let mut buf = Vec::with_capacity(events.len() * 256);
+            for ev in &events {
+                write_event(ev, mode, &mut buf);
+            }
+            buf
+        });
+        Ok(Some(PyBytes::new(py, &buf)))
+    }
+
+    /// The next events as amqpscope.events objects, or None at the end.
+    fn events<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyList>>> {
+        let Some(events) = self.batch(py)? else {
+            return Ok(None);
+        };
+        let list = PyList::empty(py);
+        for ev in &events {
+            list.append(crate::topy::event(py, ev)?)?;
+        }
+        Ok(Some(list))
+    }
+
+    /// What the run saw so far: packets, tcp_packets, skipped (reason → count), and the byte
+    /// accounting of every AMQP stream.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let (packets, tcp, skipped, acc) = with_run(py, &self.run, |run| {
+            let e = &run.engine;
+            (
+                e.packets(),
+                e.tcp_packets(),
+                e.skipped().clone(),
+                e.accounting(0),
+            )
+        })?;
+        let d = PyDict::new(py);
+        d.set_item("packets", packets)?;
+        d.set_item("tcp_packets", tcp)?;
+        d.set_item("skipped", skipped)?;
+        let a = PyDict::new(py);
+        a.set_item("stream_bytes", acc.stream_bytes)?;
+        a.set_item("frame_bytes", acc.frame_bytes)?;
+        a.set_item("header_bytes", acc.header_bytes)?;
+        a.set_item("gap_bytes", acc.gap_bytes)?;
+        a.set_item("skipped_bytes", acc.skipped_bytes)?;
+        a.set_item("pending_bytes", acc.pending_bytes)?;
+        a.set_item("frames", acc.frames)?;
+        d.set_item("accounting", a)?;
+        Ok(d)
+    }
+}
