@@ -148,15 +148,18 @@ pub struct Run {
     /// A read error met after the events decoded before it were handed out.
     error: Option<CaptureError>,
     done: bool,
+    /// Stop after this many packets (`decode -c N`).
+    max_packets: Option<u64>,
 }
 
 impl Run {
-    pub fn new(reader: PacketReader, engine: Engine) -> Run {
+    pub fn new(reader: PacketReader, engine: Engine, max_packets: Option<u64>) -> Run {
         Run {
             reader,
             engine,
             error: None,
             done: false,
+            max_packets,
         }
     }
 
@@ -175,7 +178,11 @@ impl Run {
             return Ok(false);
         }
         while out.len() < min_events {
-            match self.reader.next_packet() {
+            let read = match self.max_packets {
+                Some(max) if self.engine.packets() >= max => Ok(None),
+                _ => self.reader.next_packet(),
+            };
+            match read {
                 Ok(Some(pkt)) => self.engine.packet(&pkt, out),
                 Ok(None) => {
                     self.engine.finish(out);

@@ -1,13 +1,14 @@
 //! `_native.Decoder`: a capture decoded by the core, handed to Python in batches, as event
 //! objects (made only when asked for) or as JSON lines written in Rust.
 
+use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Mutex;
 
-use amqpscope_core::capture::{CaptureError, PacketReader};
+use amqpscope_core::capture::CaptureError;
 use amqpscope_core::codec::Codec;
 use amqpscope_core::engine::{Engine, Run};
-use amqpscope_core::event::Event;
+use amqpscope_core::event::{Accounting, Event};
 use amqpscope_core::jsonl::{write_event, BodyMode};
 use amqpscope_core::limits::Limits;
 use amqpscope_core::session::Options;
@@ -42,52 +43,64 @@ pub fn capture_error(py: Python<'_>, err: &CaptureError) -> PyErr {
         Ok(m) => m,
         Err(e) => return e,
     };
-    let (class, args): (&str, (String, Option<u64>)) = match err {
-        CaptureError::Unreadable(m) => ("CaptureUnreadable", (m.clone(), None)),
-        CaptureError::NotACapture(m) => ("NotACapture", (m.clone(), None)),
+    let made = match err {
+        CaptureError::Unreadable(m) => module
+            .getattr("CaptureUnreadable")
+            .and_then(|c| c.call1((m,))),
+        CaptureError::NotACapture(m) => module.getattr("NotACapture").and_then(|c| c.call1((m,))),
+        CaptureError::Corrupt(m) => module.getattr("CorruptCapture").and_then(|c| c.call1((m,))),
         CaptureError::Truncated {
             message,
             packets_read,
-        } => ("TruncatedCapture", (message.clone(), Some(*packets_read))),
-        CaptureError::Corrupt(m) => ("CorruptCapture", (m.clone(), None)),
+        } => module
+            .getattr("TruncatedCapture")
+            .and_then(|c| c.call1((message, *packets_read))),
     };
-    let made = module.getattr(class).and_then(|cls| match args.1 {
-        Some(n) => cls.call1((args.0, n)),
-        None => cls.call1((args.0,)),
-    });
     match made {
         Ok(exc) => PyErr::from_value(exc),
         Err(e) => e,
     }
 }
 
-/// Run `f` on the decoder's run with the GIL released; a panic becomes a one-line RuntimeError.
-fn with_run<T: Send>(
+/// A panic's message as the one line Python shows.
+pub fn panic_error(panic: Box<dyn std::any::Any + Send>) -> PyErr {
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into());
+    PyRuntimeError::new_err(format!("internal error in the native core: {what}"))
+}
+
+/// Run `f` on `cell`'s value with the GIL released; a panic becomes a one-line RuntimeError.
+pub fn detached<S: Send, T: Send>(
     py: Python<'_>,
-    run: &Mutex<Run>,
-    f: impl FnOnce(&mut Run) -> T + Send,
+    cell: &Mutex<S>,
+    f: impl FnOnce(&mut S) -> T + Send,
 ) -> PyResult<T> {
-    let result = py.detach(|| {
-        let mut guard = match run.lock() {
+    py.detach(|| {
+        let mut guard = match cell.lock() {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
         };
         catch_unwind(AssertUnwindSafe(|| f(&mut guard)))
-    });
-    result.map_err(|panic| {
-        let what = panic
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "unknown panic".into());
-        PyRuntimeError::new_err(format!("internal error in the native core: {what}"))
     })
+    .map_err(panic_error)
+}
+
+/// Core events as a list of amqpscope.events objects.
+pub fn event_list<'py>(py: Python<'py>, events: &[Event]) -> PyResult<Bound<'py, PyList>> {
+    let list = PyList::empty(py);
+    for ev in events {
+        list.append(crate::topy::event(py, ev)?)?;
+    }
+    Ok(list)
 }
 
 impl Decoder {
     /// The next batch of events; None when the input is done.
     fn batch(&self, py: Python<'_>) -> PyResult<Option<Vec<Event>>> {
-        let got = with_run(py, &self.run, |run| {
+        let got = detached(py, &self.run, |run| {
             let mut out = Vec::with_capacity(BATCH_EVENTS);
             run.next_batch(BATCH_EVENTS, &mut out)
                 .map(|more| (more, out))
@@ -103,31 +116,24 @@ impl Decoder {
 
 #[pymethods]
 impl Decoder {
-    /// Decode `source` (a path, "-" for stdin) with the spec `tables` (JSON from
-    /// amqpscope.dissect.tables).
+    /// Decode `source` (a path, "-" for stdin, or a binary file object) with the spec `tables`
+    /// (JSON from amqpscope.dissect.tables).
     #[new]
-    #[pyo3(signature = (source, tables, ports = vec![5672], show_credentials = false, keep_bodies = true))]
+    #[pyo3(signature = (source, tables, ports = vec![5672], show_credentials = false, keep_bodies = true, max_packets = None))]
     fn new(
         py: Python<'_>,
-        source: &str,
+        source: &Bound<'_, PyAny>,
         tables: &str,
         ports: Vec<u16>,
         show_credentials: bool,
         keep_bodies: bool,
+        max_packets: Option<u64>,
     ) -> PyResult<Decoder> {
         let limits = Limits::default();
-        let tables = SpecTables::from_json(tables).map_err(PyValueError::new_err)?;
-        let reader = py
-            .detach(|| PacketReader::open(source, &limits))
-            .map_err(|e| capture_error(py, &e))?;
-        let options = Options {
-            ports,
-            show_credentials,
-            keep_bodies,
-        };
-        let engine = Engine::new(Codec::new(tables, &limits), options, &limits);
+        let engine = make_engine(tables, ports, show_credentials, keep_bodies, &limits)?;
+        let reader = crate::source::open(py, source, &limits)?;
         Ok(Decoder {
-            run: Mutex::new(Run::new(reader, engine)),
+            run: Mutex::new(Run::new(reader, engine, max_packets)),
         })
     }
 
@@ -150,41 +156,65 @@ impl Decoder {
 
     /// The next events as amqpscope.events objects, or None at the end.
     fn events<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyList>>> {
-        let Some(events) = self.batch(py)? else {
-            return Ok(None);
-        };
-        let list = PyList::empty(py);
-        for ev in &events {
-            list.append(crate::topy::event(py, ev)?)?;
+        match self.batch(py)? {
+            Some(events) => event_list(py, &events).map(Some),
+            None => Ok(None),
         }
-        Ok(Some(list))
     }
 
     /// What the run saw so far: packets, tcp_packets, skipped (reason → count), and the byte
     /// accounting of every AMQP stream.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let (packets, tcp, skipped, acc) = with_run(py, &self.run, |run| {
-            let e = &run.engine;
-            (
-                e.packets(),
-                e.tcp_packets(),
-                e.skipped().clone(),
-                e.accounting(0),
-            )
-        })?;
-        let d = PyDict::new(py);
-        d.set_item("packets", packets)?;
-        d.set_item("tcp_packets", tcp)?;
-        d.set_item("skipped", skipped)?;
-        let a = PyDict::new(py);
-        a.set_item("stream_bytes", acc.stream_bytes)?;
-        a.set_item("frame_bytes", acc.frame_bytes)?;
-        a.set_item("header_bytes", acc.header_bytes)?;
-        a.set_item("gap_bytes", acc.gap_bytes)?;
-        a.set_item("skipped_bytes", acc.skipped_bytes)?;
-        a.set_item("pending_bytes", acc.pending_bytes)?;
-        a.set_item("frames", acc.frames)?;
-        d.set_item("accounting", a)?;
-        Ok(d)
+        let got = detached(py, &self.run, |run| stats_of(&run.engine))?;
+        stats_dict(py, got)
     }
+}
+
+/// An engine for the spec `tables` (JSON from amqpscope.dissect.tables) and these options.
+pub fn make_engine(
+    tables: &str,
+    ports: Vec<u16>,
+    show_credentials: bool,
+    keep_bodies: bool,
+    limits: &Limits,
+) -> PyResult<Engine> {
+    let tables = SpecTables::from_json(tables).map_err(PyValueError::new_err)?;
+    let options = Options {
+        ports,
+        show_credentials,
+        keep_bodies,
+    };
+    Ok(Engine::new(Codec::new(tables, limits), options, limits))
+}
+
+pub type Stats = (u64, u64, BTreeMap<String, u64>, Accounting);
+
+pub fn stats_of(e: &Engine) -> Stats {
+    (
+        e.packets(),
+        e.tcp_packets(),
+        e.skipped().clone(),
+        e.accounting(0),
+    )
+}
+
+/// The engine's counters as the Python face's RunStats reads them.
+pub fn stats_dict(
+    py: Python<'_>,
+    (packets, tcp, skipped, acc): Stats,
+) -> PyResult<Bound<'_, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("packets", packets)?;
+    d.set_item("tcp_packets", tcp)?;
+    d.set_item("skipped", skipped)?;
+    let a = PyDict::new(py);
+    a.set_item("stream_bytes", acc.stream_bytes)?;
+    a.set_item("frame_bytes", acc.frame_bytes)?;
+    a.set_item("header_bytes", acc.header_bytes)?;
+    a.set_item("gap_bytes", acc.gap_bytes)?;
+    a.set_item("skipped_bytes", acc.skipped_bytes)?;
+    a.set_item("pending_bytes", acc.pending_bytes)?;
+    a.set_item("frames", acc.frames)?;
+    d.set_item("accounting", a)?;
+    Ok(d)
 }

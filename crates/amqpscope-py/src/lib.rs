@@ -5,11 +5,14 @@
 use pyo3::prelude::*;
 
 mod decoder;
+mod packets;
+mod source;
 mod topy;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<decoder::Decoder>()?;
+    m.add_class::<packets::Engine>()?;
     Ok(())
 }
