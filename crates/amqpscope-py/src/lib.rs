@@ -6,6 +6,7 @@ use pyo3::prelude::*;
 
 mod decoder;
 mod packets;
+mod reader;
 mod source;
 mod topy;
 
@@ -14,5 +15,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<decoder::Decoder>()?;
     m.add_class::<packets::Engine>()?;
+    m.add_class::<reader::PacketReader>()?;
     Ok(())
 }
