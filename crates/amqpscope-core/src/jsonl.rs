@@ -11,7 +11,6 @@ use crate::event::{
     Accounting, Base, Connection, Event, Frame, Gap, Malformed, Message, ProtocolHeader, Resync,
 };
 use crate::value::{get, Table, Value};
-use std::fmt::Write as _;
 
 /// What `--body` adds to message records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -432,35 +431,48 @@ fn write_escape(out: &mut Vec<u8>, b: u8) {
     }
 }
 
-/// A float as orjson writes it: the shortest digits that read back to the same value, in plain
-/// notation when the decimal exponent is within -5..=15 (with ".0" for whole numbers), else as
-/// `d.ddde±x`; NaN and infinities become null.
+/// A float as orjson writes it: the shortest digits that read back to the same value (ties to
+/// even, as ryu and Python's repr), in plain notation when the decimal exponent is within
+/// -5..=15 (with ".0" for whole numbers), else as `d.ddde±x`; NaN and infinities become null.
 pub fn write_f64(out: &mut Vec<u8>, v: f64) {
     if !v.is_finite() {
         out.extend_from_slice(b"null");
         return;
     }
-    // std's `{:e}` gives the shortest round-trip digits ("1.2345e-6"); reshaped from a stack buffer.
-    let mut sci = StackBuf::default();
-    if write!(sci, "{v:e}").is_err() {
-        out.extend_from_slice(b"null");
-        return;
-    }
-    let text = sci.as_bytes();
+    // ryu finds the digits (std's `{:e}` rounds exact ties up, orjson to even); its own layout
+    // ("1e16", "0.001") is then reshaped into orjson's.
+    let mut buf = ryu::Buffer::new();
+    let text = buf.format_finite(v).as_bytes();
     let (neg, text) = match text.split_first() {
         Some((b'-', rest)) => (true, rest),
         _ => (false, text),
     };
     let epos = text.iter().position(|&b| b == b'e').unwrap_or(text.len());
     let (mantissa, exp_part) = text.split_at(epos);
-    let exp = parse_exp(exp_part.get(1..).unwrap_or_default());
-    let mut digits = [0u8; 24];
+    let mut exp = parse_exp(exp_part.get(1..).unwrap_or_default());
+    // value = 0.D × 10^(int_len + exp), D the mantissa's digits: normalise to d.ddd × 10^x
+    let int_len = mantissa
+        .iter()
+        .position(|&b| b == b'.')
+        .unwrap_or(mantissa.len());
+    exp = exp.saturating_add(i32::try_from(int_len).unwrap_or(0) - 1);
+    let mut digits = [0u8; 32];
     let mut n = 0;
     for &b in mantissa.iter().filter(|b| b.is_ascii_digit()) {
+        if n == 0 && b == b'0' {
+            exp -= 1; // a leading zero
+            continue;
+        }
         if let Some(slot) = digits.get_mut(n) {
             *slot = b;
             n += 1;
         }
+    }
+    while n > 0 && digits.get(n - 1) == Some(&b'0') {
+        n -= 1;
+    }
+    if n == 0 {
+        exp = 0; // zero
     }
     if neg {
         out.push(b'-');
@@ -521,37 +533,6 @@ fn write_digits(out: &mut Vec<u8>, digits: &[u8], exp: i32) {
             out.push(b'.');
             out.extend_from_slice(frac);
         }
-    }
-}
-
-/// A small fixed buffer for `write!`: float text without a heap allocation.
-struct StackBuf {
-    buf: [u8; 40],
-    len: usize,
-}
-
-impl Default for StackBuf {
-    fn default() -> Self {
-        StackBuf {
-            buf: [0; 40],
-            len: 0,
-        }
-    }
-}
-
-impl StackBuf {
-    fn as_bytes(&self) -> &[u8] {
-        self.buf.get(..self.len).unwrap_or_default()
-    }
-}
-
-impl std::fmt::Write for StackBuf {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        let end = self.len.checked_add(s.len()).ok_or(std::fmt::Error)?;
-        let slot = self.buf.get_mut(self.len..end).ok_or(std::fmt::Error)?;
-        slot.copy_from_slice(s.as_bytes());
-        self.len = end;
-        Ok(())
     }
 }
 
@@ -845,6 +826,9 @@ mod tests {
             (100.0, "100.0"),
             (1732527600.123456, "1732527600.123456"),
             (5e-324, "5e-324"),
+            (255.74441528320312, "255.74441528320312"), // an exact tie: to even
+            (0.001, "0.001"),
+            (1e-6, "1e-6"),
             (1.7976931348623157e308, "1.7976931348623157e+308"),
             (-1.5e-7, "-1.5e-7"),
             (1.23e22, "1.23e+22"),
