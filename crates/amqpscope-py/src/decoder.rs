@@ -26,7 +26,7 @@ pub struct Decoder {
     run: Mutex<Run>,
 }
 
-fn body_mode(body: &str) -> PyResult<BodyMode> {
+pub fn body_mode(body: &str) -> PyResult<BodyMode> {
     match body {
         "none" => Ok(BodyMode::None),
         "preview" => Ok(BodyMode::Preview),

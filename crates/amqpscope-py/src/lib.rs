@@ -5,9 +5,11 @@
 use pyo3::prelude::*;
 
 mod decoder;
+mod frompy;
 mod packets;
 mod reader;
 mod source;
+mod testing;
 mod topy;
 
 #[pymodule]
@@ -16,5 +18,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<decoder::Decoder>()?;
     m.add_class::<packets::Engine>()?;
     m.add_class::<reader::PacketReader>()?;
+    m.add_function(wrap_pyfunction!(testing::_event_roundtrip, m)?)?;
+    m.add_function(wrap_pyfunction!(testing::_jsonl, m)?)?;
+    m.add_function(wrap_pyfunction!(testing::_jsonl_bench, m)?)?;
     Ok(())
 }
