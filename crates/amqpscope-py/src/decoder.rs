@@ -1,18 +1,19 @@
 //! `_native.Decoder`: a capture decoded by the core, handed to Python in batches, as event
 //! objects (made only when asked for) or as JSON lines written in Rust.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Mutex;
 
 use amqpscope_core::capture::CaptureError;
 use amqpscope_core::codec::Codec;
-use amqpscope_core::engine::{Engine, Run};
+use amqpscope_core::engine::{Engine, Run, Select};
 use amqpscope_core::event::{Accounting, Event};
 use amqpscope_core::jsonl::{write_event, BodyMode};
 use amqpscope_core::limits::Limits;
 use amqpscope_core::session::Options;
 use amqpscope_core::tables::SpecTables;
+use amqpscope_core::types::TcpEvent;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
@@ -119,7 +120,11 @@ impl Decoder {
     /// Decode `source` (a path, "-" for stdin, or a binary file object) with the spec `tables`
     /// (JSON from amqpscope.dissect.tables).
     #[new]
-    #[pyo3(signature = (source, tables, ports = vec![5672], show_credentials = false, keep_bodies = true, max_packets = None))]
+    ///
+    /// `select(client, server)`, endpoints as `(address, port)`, is asked once per TCP flow: only
+    /// the flows it accepts reach the AMQP session (Spark slices), all are reassembled.
+    #[pyo3(signature = (source, tables, ports = vec![5672], show_credentials = false, keep_bodies = true, max_packets = None, select = None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         source: &Bound<'_, PyAny>,
@@ -128,9 +133,13 @@ impl Decoder {
         show_credentials: bool,
         keep_bodies: bool,
         max_packets: Option<u64>,
+        select: Option<Py<PyAny>>,
     ) -> PyResult<Decoder> {
         let limits = Limits::default();
-        let engine = make_engine(tables, ports, show_credentials, keep_bodies, &limits)?;
+        let mut engine = make_engine(tables, ports, show_credentials, keep_bodies, &limits)?;
+        if let Some(select) = select {
+            engine = engine.with_select(flow_select(select));
+        }
         let reader = crate::source::open(py, source, &limits)?;
         Ok(Decoder {
             run: Mutex::new(Run::new(reader, engine, max_packets)),
@@ -168,6 +177,38 @@ impl Decoder {
         let got = detached(py, &self.run, |run| stats_of(&run.engine))?;
         stats_dict(py, got)
     }
+}
+
+/// The engine's `Select` for a Python predicate on a flow's endpoints, asked once per flow (with
+/// the GIL taken for that call only). A predicate that raises rejects the flow.
+fn flow_select(predicate: Py<PyAny>) -> Select {
+    let mut own: HashSet<u64> = HashSet::new();
+    Box::new(move |tev: &TcpEvent| match tev {
+        TcpEvent::Open {
+            flow,
+            client,
+            server,
+            ..
+        } => {
+            let ep = |e: &amqpscope_core::types::Endpoint| (e.addr.to_string(), e.port);
+            let keep = Python::attach(|py| {
+                predicate
+                    .bind(py)
+                    .call1((ep(client), ep(server)))
+                    .and_then(|r| r.is_truthy())
+                    .unwrap_or(false)
+            });
+            if keep {
+                own.insert(*flow);
+            } else {
+                own.remove(flow);
+            }
+            keep
+        }
+        TcpEvent::Data { flow, .. } | TcpEvent::Gap { flow, .. } | TcpEvent::Close { flow, .. } => {
+            own.contains(flow)
+        }
+    })
 }
 
 /// An engine for the spec `tables` (JSON from amqpscope.dissect.tables) and these options.
