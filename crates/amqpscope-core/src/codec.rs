@@ -110,7 +110,7 @@ impl Codec {
         for read in &spec.reads {
             match read {
                 Read::Fixed { size, items } => {
-                    check_run(p, o, *size, items.len() == 1)?;
+                    check_run(p, o, *size)?;
                     for it in items {
                         put(&mut args, it.slot, &it.name, fixed(p, o + it.at, it.kind)?);
                     }
@@ -251,12 +251,12 @@ impl Codec {
                 PropKind::Bit => Value::Bool(true),
                 PropKind::Fixed(kind) => {
                     if run_left == 0 {
-                        let (size, count) = if grouped {
+                        let size = if grouped {
                             run_size(props, words, i)
                         } else {
-                            (kind.width(), 1)
+                            kind.width()
                         };
-                        check_run(p, o, size, count == 1)?;
+                        check_run(p, o, size)?;
                         run_left = size;
                     }
                     let v = fixed(p, o, kind)?;
@@ -337,32 +337,29 @@ fn unknown_flags(words: &FlagWords<'_>, known: usize) -> Option<String> {
     })
 }
 
-/// Bytes and count of the fixed-width properties read as one run from property `first` on.
-fn run_size(props: &[Property], words: &dyn Words, first: usize) -> (usize, usize) {
-    let (mut size, mut count) = (0, 0);
+/// Bytes of the fixed-width properties read as one run from property `first` on.
+fn run_size(props: &[Property], words: &dyn Words, first: usize) -> usize {
+    let mut size = 0;
     for (i, prop) in props.iter().enumerate().skip(first) {
         if words.word(i / 15) & (1 << (15 - i % 15)) == 0 {
             continue;
         }
         match prop.kind {
-            PropKind::Fixed(kind) => {
-                size += kind.width();
-                count += 1;
-            }
+            PropKind::Fixed(kind) => size += kind.width(),
             PropKind::Bit => {}
             _ => break,
         }
     }
-    (size, count)
+    size
 }
 
-/// A run of `size` bytes at `o` must fit: a lone octet is indexed (IndexError in Python), longer
-/// runs are unpacked (struct.error).
-fn check_run(p: &[u8], o: usize, size: usize, lone: bool) -> Result<(), ReadError> {
+/// A run of `size` bytes at `o` must fit: a run of one octet (an octet, or up to 8 packed bits)
+/// is indexed in Python (IndexError), longer runs are unpacked (struct.error).
+fn check_run(p: &[u8], o: usize, size: usize) -> Result<(), ReadError> {
     if o.saturating_add(size) <= p.len() {
         return Ok(());
     }
-    if size == 1 && lone {
+    if size == 1 {
         return Err(ReadError::Index);
     }
     Err(ReadError::Short {

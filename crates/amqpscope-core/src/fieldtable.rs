@@ -546,7 +546,7 @@ mod tests {
             table_depth: 1,
             ..Limits::default()
         };
-        let raw = entry("a", b'A', &long(&[b'V']));
+        let raw = entry("a", b'A', &long(b"V"));
         let t = table_body(&raw, 0, raw.len(), 0, &limits);
         assert_eq!(
             t[0].1,
