@@ -11,6 +11,7 @@ pub mod capture;
 pub mod codec;
 pub mod engine;
 pub mod event;
+pub mod fieldtable;
 pub mod frames;
 pub mod jsonl;
 pub mod limits;

@@ -380,9 +380,10 @@ impl Conn {
             return;
         }
         let mut tail = Vec::new();
+        let codec = ctx.codec;
         for i in 0..2 {
             let mut items = Vec::new();
-            self.streams[i].finish(&mut items);
+            self.streams[i].finish(&|c, m| codec.method_known(c, m), &mut items);
             let src = self.senders[i];
             self.emit(ctx, src, items, &mut tail);
         }
