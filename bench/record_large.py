@@ -9,7 +9,7 @@ then, at the same time:
 * one consumer process (basic.qos prefetch, basic.consume, manual ``basic.ack`` with
   multiple=1 every ``--ack-every`` deliveries).
 
-Usage: sudo python3 bench/record_large.py [--messages 300000] [--publishers 2] [--out FILE]
+Usage: sudo python3 bench/record_large.py [--messages 300000] [--publishers 2] [--out FILE] [--mtu 1500]
 Prints a JSON summary (sizes, packet and frame counts, timings).
 """
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -145,7 +146,20 @@ def main() -> int:
     ap.add_argument("--ack-every", type=int, default=250)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "data" / "large.pcap")
     ap.add_argument("--no-count", action="store_true", help="skip the AMQP frame count")
+    ap.add_argument("--mtu", type=int, default=None,
+                    help="loopback MTU while recording (1500: Ethernet-sized segments, reordering); restored after")
     args = ap.parse_args()
+    if args.mtu is None:
+        return record(args)
+    before = Path("/sys/class/net/lo/mtu").read_text().strip()
+    subprocess.run(["ip", "link", "set", "lo", "mtu", str(args.mtu)], check=True)
+    try:
+        return record(args)
+    finally:
+        subprocess.run(["ip", "link", "set", "lo", "mtu", before], check=True)
+
+
+def record(args: argparse.Namespace) -> int:
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
     gitignore = args.out.parent / ".gitignore"
