@@ -6,6 +6,7 @@ use pyo3::prelude::*;
 
 mod codec;
 mod decoder;
+mod flows;
 mod frompy;
 mod packets;
 mod reader;
@@ -20,6 +21,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<decoder::Decoder>()?;
     m.add_class::<packets::Engine>()?;
     m.add_class::<reader::PacketReader>()?;
+    m.add_function(wrap_pyfunction!(flows::flow_weights, m)?)?;
     m.add_function(wrap_pyfunction!(testing::_event_roundtrip, m)?)?;
     m.add_function(wrap_pyfunction!(testing::_jsonl, m)?)?;
     m.add_function(wrap_pyfunction!(testing::_jsonl_bench, m)?)?;
