@@ -32,7 +32,6 @@ Usage: python bench/decode.py [FILE] [--repeat N] [--half] [--skip single,no-val
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import subprocess
@@ -46,9 +45,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from amqpscope.capture import read_packets  # noqa: E402
-from amqpscope.net import SegmentParser  # noqa: E402
 from amqpscope.pcapwrite import write_pcap  # noqa: E402
 from amqpscope.testing.sniffer import count_amqp_frames  # noqa: E402
+from amqpscope.testing.tcpwalk import segments  # noqa: E402
 
 PY = sys.executable
 AMQPSCOPE = str(Path(PY).parent / "amqpscope")
@@ -56,10 +55,10 @@ AMQPSCOPE = str(Path(PY).parent / "amqpscope")
 
 def server_port(path: Path) -> int:
     """The port the first AMQP protocol header was sent to."""
-    parser = SegmentParser()
-    for p in itertools.islice(read_packets(path), 100_000):
-        seg = parser.parse(p)
-        if seg is not None and seg.payload.startswith(b"AMQP"):
+    for seg in segments(path):
+        if seg.index > 100_000:
+            break
+        if seg.payload.startswith(b"AMQP"):
             return seg.dst[1]
     raise SystemExit(f"{path}: no AMQP protocol header in the first 100000 packets")
 

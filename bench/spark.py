@@ -57,8 +57,7 @@ def make_archive(sources: list[Path], copies: int, where: Path) -> list[Path]:
 def single_decode(files: list[Path]) -> dict[str, Any]:
     from amqpscope.capture import read_packets
     from amqpscope.dissect.codec import get_codec
-    from amqpscope.pipeline import decode_packets
-    from amqpscope.session import Options
+    from amqpscope.pipeline import Options, decode_packets
     from amqpscope.validate.validator import Validator
 
     codec = get_codec()

@@ -27,9 +27,9 @@ from click.testing import CliRunner
 from conftest import CAPTURES
 
 from amqpscope.capture import CaptureError, read_packets
-from amqpscope.packets import TcpData
 from amqpscope.pipeline import RunStats, decode_packets
 from amqpscope.session import Options
+from amqpscope.testing.tcpwalk import TcpData
 from cli.main import cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,7 +62,8 @@ def _api(path: Path) -> tuple[dict[str, int], list[Any]]:
 
 
 def _payload_total(path: Path) -> int:
-    """Reassembled payload bytes of every flow, counted by the reassembler alone (no dissector)."""
+    """Reassembled payload bytes of every flow, counted by an independent reassembly (tests/variants.py:
+    amqpscope.testing.tcpwalk, no dissector)."""
     s = variants.streams(path)
     return sum(len(e.data) for e in s.events if isinstance(e, TcpData))
 

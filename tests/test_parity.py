@@ -26,10 +26,8 @@ import pytest
 import variants
 
 import amqpscope
-from amqpscope.capture import read_packets
 from amqpscope.events import Connection, Event, Frame, Gap, Message, ProtocolHeader, Resync
-from amqpscope.net import SegmentParser
-from amqpscope.packets import ACK
+from amqpscope.testing.tcpwalk import ACK, segments
 from tests.conftest import CAPTURES
 
 NAMES = sorted(p.name for p in CAPTURES.glob("*.pcap")) if CAPTURES.is_dir() else []
@@ -290,13 +288,7 @@ def expected(name: str, new_packet: Callable[[variants.Span], int | None]) -> Co
 
 def _segments(path: Path) -> list[tuple[int, tuple[tuple[str, int], tuple[str, int]], int, int, int, int]]:
     """(packet, (src, dst), seq, ack, flags, payload length) of every TCP packet."""
-    parser = SegmentParser()
-    out = []
-    for p in read_packets(path):
-        s = parser.parse(p)
-        if s is not None:
-            out.append((p.index, (s.src, s.dst), s.seq, s.ack, s.flags, len(s.payload)))
-    return out
+    return [(s.index, (s.src, s.dst), s.seq, s.ack, s.flags, len(s.payload)) for s in segments(path)]
 
 
 def _chunk_of(lay: variants.Layout, packet: int) -> tuple[tuple[int, str], int, int]:

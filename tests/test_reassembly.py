@@ -63,7 +63,7 @@ def _unique_bytes_dpkt(path: Path) -> dict[tuple[tuple[str, int], tuple[str, int
 @needs_shared
 @pytest.mark.parametrize("path", SHARED, ids=lambda p: p.name)
 def test_shared_streams_have_all_unique_bytes(path: Path) -> None:
-    result = variants.streams(path)
+    result = variants.streams(path, TcpReassembler())
     assert not result.gaps
     assert len(result.opens) == len(result.closes)
     assert all(o.syn_seen for o in result.opens)
@@ -78,8 +78,8 @@ def test_shared_streams_have_all_unique_bytes(path: Path) -> None:
 @needs_shared
 def test_shared_flow_counts() -> None:
     # README: connections per capture (s09: one refused connection still has TCP)
-    assert len(variants.streams(CAPTURES / "s07_pika_many_channels.pcap").opens) == 5
-    assert len(variants.streams(CAPTURES / "s11_amqptools_basic.pcap").opens) == 16
+    assert len(variants.streams(CAPTURES / "s07_pika_many_channels.pcap", TcpReassembler()).opens) == 5
+    assert len(variants.streams(CAPTURES / "s11_amqptools_basic.pcap", TcpReassembler()).opens) == 16
 
 
 def _source(tmp_path: Path) -> Path:
@@ -112,7 +112,7 @@ def test_variant_gives_same_streams(tmp_path: Path, name: str) -> None:
     src = _source(tmp_path)
     dst = tmp_path / f"variant-{name}"
     _VARIANTS[name](src, dst)
-    want, got = variants.streams(src), variants.streams(dst)
+    want, got = variants.streams(src, TcpReassembler()), variants.streams(dst, TcpReassembler())
     assert got.data == want.data
     assert not got.gaps
     assert [(o.flow, o.syn_seen, o.packet) for o in got.opens] == [(o.flow, o.syn_seen, o.packet) for o in want.opens]
@@ -125,13 +125,13 @@ def _data_indices(path: Path) -> list[tuple[int, Segment]]:
 
 def test_dropped_segment_gives_one_gap(tmp_path: Path) -> None:
     src = _source(tmp_path)
-    want = variants.streams(src)
+    want = variants.streams(src, TcpReassembler())
     # Drop a data segment in the middle of the capture that has later data in its direction.
     data = _data_indices(src)
     idx, seg = data[len(data) // 2]
     dst = tmp_path / "dropped.pcap"
     variants.drop_packets(src, dst, [idx])
-    got = variants.streams(dst)
+    got = variants.streams(dst, TcpReassembler())
     assert len(got.gaps) == 1
     gap = got.gaps[0]
     assert gap.size == len(seg.payload) and gap.src == seg.src
@@ -144,13 +144,13 @@ def test_dropped_segment_gives_one_gap(tmp_path: Path) -> None:
 
 def test_dropped_segment_gap_position(tmp_path: Path) -> None:
     src = _sample(tmp_path)
-    conv_bytes = variants.streams(src).data[(0, "c2s")]
+    conv_bytes = variants.streams(src, TcpReassembler()).data[(0, "c2s")]
     data = _data_indices(src)
     # the first client data segment after the protocol header: b"\x00" * 300, split at 400 -> one segment
     idx = next(i for i, s in data if s.payload[:1] == b"\x00")
     dst = tmp_path / "d.pcap"
     variants.drop_packets(src, dst, [idx])
-    got = variants.streams(dst)
+    got = variants.streams(dst, TcpReassembler())
     assert [g.size for g in got.gaps] == [300]
     assert got.data[(0, "c2s")] == conv_bytes.replace(b"\x00" * 300, b"")
     # gap is emitted before the data that follows it
@@ -160,36 +160,36 @@ def test_dropped_segment_gap_position(tmp_path: Path) -> None:
 
 def test_reordered_segments_same_streams(tmp_path: Path) -> None:
     src = _source(tmp_path)
-    want = variants.streams(src)
+    want = variants.streams(src, TcpReassembler())
     data = _data_indices(src)
     # find two adjacent packets that are both data segments in the same direction
     pos = {i: s for i, s in data}
     idx = next(i for i, s in data if i + 1 in pos and pos[i + 1].src == s.src)
     dst = tmp_path / "swapped.pcap"
     variants.swap_adjacent(src, dst, idx)
-    got = variants.streams(dst)
+    got = variants.streams(dst, TcpReassembler())
     assert got.data == want.data and not got.gaps
 
 
 def test_duplicates_same_streams(tmp_path: Path) -> None:
     src = _source(tmp_path)
-    want = variants.streams(src)
+    want = variants.streams(src, TcpReassembler())
     indices = [i for i, _ in _data_indices(src)][::3]
     dst = tmp_path / "dup.pcap"
     variants.duplicate(src, dst, indices)
-    got = variants.streams(dst)
+    got = variants.streams(dst, TcpReassembler())
     assert got.data == want.data and not got.gaps
 
 
 def test_mid_stream_start(tmp_path: Path) -> None:
     src = _sample(tmp_path)
-    full = variants.streams(src).data
+    full = variants.streams(src, TcpReassembler()).data
     data = _data_indices(src)
     # cut right before the 4th data packet: it is a segment inside a split application message
     cut_at = data[3][0] - 1
     dst = tmp_path / "cut.pcap"
     variants.cut_first(src, dst, cut_at)
-    got = variants.streams(dst)
+    got = variants.streams(dst, TcpReassembler())
     (op,) = got.opens
     assert not op.syn_seen and op.packet == 1
     assert not got.gaps
@@ -352,7 +352,7 @@ def test_port_reuse_without_close_starts_new_flow() -> None:
 
 
 def test_fin_close_after_both_fins(tmp_path: Path) -> None:
-    result = variants.streams(_sample(tmp_path))
+    result = variants.streams(_sample(tmp_path), TcpReassembler())
     (c,) = result.closes
     assert c.how == "fin"
     n = len(result.events)

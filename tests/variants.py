@@ -10,6 +10,10 @@ Two kinds:
 * rebuilt (link type, VLAN, IPv6, port): each TCP packet is rebuilt from its parsed
   :class:`Segment` with :func:`tcp_packet`, so TCP options are dropped but addresses, ports,
   sequence/ack numbers, flags and payload are kept. Non-TCP packets are dropped by these.
+
+Packets are parsed and reassembled by ``amqpscope.testing.tcpwalk`` (dpkt and a plain
+per-direction walk), not by the analyzer's own per-packet code: what these functions predict is
+independent of what is under test.
 """
 
 from __future__ import annotations
@@ -20,44 +24,38 @@ import lzma
 import struct
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from amqpscope.capture import read_packets
-from amqpscope.net import SegmentParser
-from amqpscope.packets import (
+from amqpscope.pcapwrite import LINKTYPES, tcp_packet, write_pcap, write_pcapng
+from amqpscope.testing.tcpwalk import (
     Endpoint,
-    RawPacket,
+    Packet,
+    Reassembly,
     Segment,
     TcpClose,
     TcpData,
-    TcpEvent,
     TcpGap,
     TcpOpen,
+    parse,
+    segments,
 )
-from amqpscope.pcapwrite import LINKTYPES, tcp_packet, write_pcap, write_pcapng
-from amqpscope.reassembly import TcpReassembler
 
 PathT = str | Path
 
 
-def _records(packets: Iterable[RawPacket]) -> list[tuple[int, bytes]]:
+def _records(packets: Iterable[Packet]) -> list[tuple[int, bytes]]:
     return [(p.ts_ns, p.data) for p in packets]
 
 
-def _load(src: PathT) -> tuple[list[RawPacket], int]:
+def _load(src: PathT) -> tuple[list[Any], int]:
     pkts = list(read_packets(src))
     return pkts, (pkts[0].linktype if pkts else 1)
 
 
 def data_packets(src: PathT) -> list[tuple[int, Segment]]:
     """(packet index, segment) of every TCP packet with payload, in file order."""
-    parser = SegmentParser()
-    out = []
-    for p in read_packets(src):
-        seg = parser.parse(p)
-        if seg is not None and seg.payload:
-            out.append((p.index, seg))
-    return out
+    return [(seg.index, seg) for seg in segments(src) if seg.payload]
 
 
 # --- byte-preserving ------------------------------------------------------------------------------
@@ -161,10 +159,9 @@ def _rebuild(
     wrap: Callable[[bytes], bytes] = lambda b: b,
     linktype: int | None = None,
 ) -> int:
-    parser = SegmentParser()
     recs = []
     for p in read_packets(src):
-        seg = parser.parse(p)
+        seg = parse(p)
         if seg is None:
             continue
         frame = tcp_packet(
@@ -230,33 +227,47 @@ class Streams:
         self.gaps: list[TcpGap] = []
         self.opens: list[TcpOpen] = []
         self.closes: list[TcpClose] = []
-        self.events: list[TcpEvent] = []
+        self.events: list[TcpOpen | TcpData | TcpGap | TcpClose] = []
 
 
-def streams(src: PathT, reassembler: TcpReassembler | None = None) -> Streams:
-    """Read, parse and reassemble ``src``; direction is relative to TcpOpen's client."""
-    r = reassembler or TcpReassembler()
-    parser = SegmentParser()
+class Reassembler(Protocol):
+    """Anything fed segments in capture order that emits TcpOpen/TcpData/TcpGap/TcpClose-like events."""
+
+    def feed(self, seg: Segment, /) -> Iterable[Any]: ...
+    def finish(self) -> Iterable[Any]: ...
+
+
+def streams(src: PathT, reassembler: Reassembler | None = None) -> Streams:
+    """Read, parse and reassemble ``src``; direction is relative to TcpOpen's client.
+
+    By default with ``tcpwalk.Reassembly``. A reassembler under test (e.g. the analyzer's own)
+    can be given instead: it is fed tcpwalk's :class:`Segment` objects, and its events are told
+    apart by their class names (TcpOpen, TcpData, TcpGap, TcpClose), whatever module they are from.
+    """
+    r = reassembler if reassembler is not None else Reassembly()
     out = Streams()
     clients: dict[int, Endpoint] = {}
     chunks: dict[tuple[int, str], list[bytes]] = {}
 
-    def take(events: list[TcpEvent]) -> None:
+    def take(events: Iterable[Any]) -> None:
         for e in events:
+            kind = type(e).__name__
             out.events.append(e)
-            if isinstance(e, TcpData):
+            if kind == "TcpData":
                 key = (e.flow, "c2s" if e.src == clients[e.flow] else "s2c")
                 chunks.setdefault(key, []).append(e.data)
-            elif isinstance(e, TcpOpen):
+            elif kind == "TcpOpen":
                 clients[e.flow] = e.client
                 out.opens.append(e)
-            elif isinstance(e, TcpGap):
+            elif kind == "TcpGap":
                 out.gaps.append(e)
-            else:
+            elif kind == "TcpClose":
                 out.closes.append(e)
+            else:
+                raise TypeError(f"not a reassembly event: {e!r}")
 
     for p in read_packets(src):
-        seg = parser.parse(p)
+        seg = parse(p)
         if seg is not None:
             take(r.feed(seg))
     take(r.finish())
