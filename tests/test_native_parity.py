@@ -7,6 +7,7 @@ must the capture error (class and message) of a damaged file.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ import variants
 from amqpscope import _native
 from amqpscope.capture import CaptureError, read_packets
 from amqpscope.dissect.codec import get_codec
-from amqpscope.dissect.tables import tables_json
+from amqpscope.dissect.tables import compile_tables
 from amqpscope.output.records import dumpb_line, record
 from amqpscope.pipeline import RunStats, decode_packets
 from amqpscope.session import Options
@@ -69,7 +70,7 @@ VARIANTS: dict[str, Variant] = {
 }
 
 CODEC = get_codec()
-TABLES = tables_json(CODEC.spec)
+TABLES = json.dumps(compile_tables(CODEC.spec), separators=(",", ":"))
 
 
 def python_side(path: Path, body: str) -> tuple[bytes, dict[str, int], str | None]:
