@@ -1,25 +1,55 @@
-"""The pipeline: packets → segments → TCP streams → frames → events, as one pull generator.
+"""The pipeline: captures in, events out, decoded by the native core (``amqpscope._native``).
 
-The same function serves capture files, live interfaces and Spark executors; memory stays bounded
-because every stage streams and the reassembler evicts idle flows.
+Everything per packet and per frame (capture reading, link/IP/TCP, reassembly, frames, methods,
+properties, field tables, sessions) runs in Rust with the GIL released; Python drives it a batch at
+a time. Events come out as :mod:`amqpscope.events` objects, made only when asked for, or as JSON
+lines written by the core (``jsonl_batches``). The same core serves capture files, live capture
+and Spark executors; memory stays bounded because every stage streams and idle flows are evicted.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from itertools import chain
+from itertools import chain, islice
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Union
 
-from .capture import read_packets
+from . import _native
+from .capture import native_source
 from .dissect.codec import Codec, get_codec
-from .dissect.stream import StreamAccounting
 from .events import Accounting, Event
-from .net import SegmentParser
 from .packets import RawPacket
-from .reassembly import TcpReassembler
-from .session import Options, Session
+
+Source = Union[str, "Path", IO[bytes]]
+Stage = Callable[[Iterator[Event]], Iterator[Event]]
+PACKETS_PER_BATCH = 2048  # packets handed to the core per call when Python holds them
+ACCOUNTING_FIELDS = ("stream_bytes", "frame_bytes", "header_bytes", "gap_bytes", "skipped_bytes", "pending_bytes",
+                     "frames")  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    ports: frozenset[int] = frozenset({5672})
+    show_credentials: bool = False
+    keep_bodies: bool = True  # keep message bodies in memory for --body preview/full
+
+
+@dataclass(slots=True)
+class StreamAccounting:
+    """Where the bytes of the AMQP streams went: frame + header + skipped + pending == stream."""
+
+    stream_bytes: int = 0
+    frame_bytes: int = 0
+    header_bytes: int = 0
+    gap_bytes: int = 0
+    skipped_bytes: int = 0
+    pending_bytes: int = 0
+    frames: int = 0
+
+    def balanced(self) -> bool:
+        accounted = self.frame_bytes + self.header_bytes + self.skipped_bytes + self.pending_bytes
+        return accounted == self.stream_bytes
 
 
 @dataclass(slots=True)
@@ -32,6 +62,12 @@ class RunStats:
     skipped: dict[str, int] = field(default_factory=dict)
     accounting: StreamAccounting = field(default_factory=StreamAccounting)
 
+    def update(self, native: dict[str, Any]) -> None:
+        """Take the core's counters (``Decoder.stats()`` / ``Engine.stats()``)."""
+        self.packets, self.tcp_packets = native["packets"], native["tcp_packets"]
+        self.skipped = dict(native["skipped"])
+        self.accounting = StreamAccounting(**native["accounting"])
+
     def accounting_event(self, ts: float = 0.0) -> Accounting:
         a = self.accounting
         return Accounting(packet=self.packets, ts=ts, conn=-1, stream_bytes=a.stream_bytes, frame_bytes=a.frame_bytes,
@@ -40,104 +76,95 @@ class RunStats:
                           tcp_packets=self.tcp_packets)  # fmt: skip
 
 
-def decode_packets(
-    packets: Iterable[RawPacket],
-    codec: Codec | None = None,
-    options: Options | None = None,
-    stats: RunStats | None = None,
-    stages: Iterable[Callable[[Iterator[Event]], Iterator[Event]]] = (),
-    idle_timeout_ns: int | None = None,
-) -> Iterator[Event]:
-    """Every event of a packet sequence, in the order the packets completed them.
+def _ports(options: Options) -> list[int]:
+    return sorted(options.ports)
+
+
+def open_decoder(source: Source, codec: Codec | None = None, options: Options | None = None,
+                 max_packets: int | None = None, select: Callable[..., bool] | None = None) -> Any:  # fmt: skip
+    """A native ``Decoder`` of a capture: a path ("-" for stdin) or a binary file object. Capture
+    errors (``amqpscope.capture.CaptureError``) are raised here or by its batches."""
+    codec, options = codec or get_codec(), options or Options()
+    return _native.Decoder(native_source(source), codec.tables, _ports(options), options.show_credentials,
+                           options.keep_bodies, max_packets, select)  # fmt: skip
+
+
+def _drain(next_batch: Callable[[], Any], stats: RunStats | None, stats_of: Callable[[], dict[str, Any]]) -> Iterator[Any]:
+    """Batches until the core says None; the stats are taken at the end, also after an error."""
+    try:
+        while (batch := next_batch()) is not None:
+            yield batch
+    finally:
+        if stats is not None:
+            stats.update(stats_of())
+
+
+def decode_batches(source: Source, codec: Codec | None = None, options: Options | None = None,
+                   stats: RunStats | None = None, stages: Iterable[Stage] = (), max_packets: int | None = None,
+                   select: Callable[..., bool] | None = None) -> Iterator[list[Event]]:  # fmt: skip
+    """The events of a capture in lists (one per trip into the core), through ``stages``: a stage
+    with ``batches`` (the validator's) takes the lists, the others run per event.
+
+    ``select(client, server)`` (endpoints as ``(address, port)``), if given, is asked once per TCP
+    flow and only the flows it accepts are decoded: Spark slices share a capture's connections
+    this way, every flow still reassembled so that ``conn`` numbers stay those of a whole run.
+    A truncated file raises after the events decoded before it."""
+    dec = open_decoder(source, codec, options, max_packets, select)
+    return _staged(_drain(dec.events, stats, dec.stats), stages)
+
+
+def jsonl_batches(source: Source, codec: Codec | None = None, options: Options | None = None,
+                  stats: RunStats | None = None, body: str = "none", max_packets: int | None = None) -> Iterator[bytes]:  # fmt: skip
+    """The JSON lines of a capture's events, written by the core: no Python object per event."""
+    dec = open_decoder(source, codec, options, max_packets)
+    return _drain(lambda: dec.jsonl(body), stats, dec.stats)
+
+
+def decode_source(source: Source, codec: Codec | None = None, options: Options | None = None,
+                  stats: RunStats | None = None, stages: Iterable[Stage] = ()) -> Iterator[Event]:  # fmt: skip
+    """Every event of a capture, in order."""
+    return chain.from_iterable(decode_batches(source, codec, options, stats, stages))
+
+
+def decode_packets(packets: Iterable[RawPacket], codec: Codec | None = None, options: Options | None = None,
+                   stats: RunStats | None = None, stages: Iterable[Stage] = (),
+                   idle_timeout_ns: int | None = None) -> Iterator[Event]:  # fmt: skip
+    """Every event of packets Python already holds (live capture, synthetic captures), in order.
 
     ``idle_timeout_ns`` evicts flows without packets for that long (capture time); live capture sets
     it so that memory stays bounded over hours, files leave it off (their flows end at end of file).
     """
-    batches, rest = _batched(packets, codec, options, stats, stages, idle_timeout_ns)
-    events: Iterator[Event] = chain.from_iterable(batches)
-    for stage in rest:
-        events = stage(events)
-    return events
+    codec, options = codec or get_codec(), options or Options()
+    engine = _native.Engine(codec.tables, _ports(options), options.show_credentials, options.keep_bodies,
+                            idle_timeout_ns)  # fmt: skip
+    return chain.from_iterable(_staged(_engine_batches(engine, iter(packets), stats), stages))
 
 
-def decode_batches(
-    packets: Iterable[RawPacket],
-    codec: Codec | None = None,
-    options: Options | None = None,
-    stats: RunStats | None = None,
-    stages: Iterable[Callable[[Iterator[Event]], Iterator[Event]]] = (),
-    select: Callable[[object], bool] | None = None,
-) -> Iterator[list[Event]]:
-    """``decode_packets`` as lists of events (those of one TCP event each), in the same order:
-    ``chain.from_iterable`` of it is the event stream without a generator step per event.
+def _engine_batches(engine: Any, packets: Iterator[RawPacket], stats: RunStats | None) -> Iterator[list[Event]]:
+    try:
+        while chunk := list(islice(packets, PACKETS_PER_BATCH)):
+            events = engine.feed(chunk)
+            if events:
+                yield events
+    finally:
+        # a live capture's Ctrl-C or a truncated file: what is decoded is flushed first
+        tail = engine.finish()
+        if stats is not None:
+            stats.update(engine.stats())
+    if tail:
+        yield tail
 
-    ``select``, if given, is asked about every TCP event (open, data, gap, close) and only those it
-    accepts reach the AMQP session: Spark slices decode a share of a capture's connections this way
-    (``spark.split.flow_selector``), reassembling every flow but decoding only their own.
-    """
-    batches, rest = _batched(packets, codec, options, stats, stages, None, select)
+
+def _staged(batches: Iterator[list[Event]], stages: Iterable[Stage]) -> Iterator[list[Event]]:
+    rest = list(stages)
+    while rest and hasattr(rest[0], "batches"):
+        batches = rest.pop(0).batches(batches)  # type: ignore[attr-defined]
     if not rest:
         return batches
     events: Iterator[Event] = chain.from_iterable(batches)
     for stage in rest:
         events = stage(events)
     return ([ev] for ev in events)
-
-
-def _batched(packets: Iterable[RawPacket], codec: Codec | None, options: Options | None, stats: RunStats | None,
-             stages: Iterable[Callable[[Iterator[Event]], Iterator[Event]]], idle_timeout_ns: int | None,
-             select: Callable[[object], bool] | None = None) -> tuple[Iterator[list[Event]], list[Callable[[Iterator[Event]], Iterator[Event]]]]:  # fmt: skip
-    """The decoder's batches through the leading stages that take batches (``stage.batches``, like
-    the validator's), and the stages left to run per event. A generator that resumes once per event
-    costs more than the work of the lighter events themselves."""
-    batches = _decode(packets, codec or get_codec(), options or Options(), stats or RunStats(), idle_timeout_ns,
-                      select)  # fmt: skip
-    rest = list(stages)
-    while rest and hasattr(rest[0], "batches"):
-        batches = rest.pop(0).batches(batches)  # type: ignore[attr-defined]
-    return batches, rest
-
-
-def _decode(packets: Iterable[RawPacket], codec: Codec, options: Options, stats: RunStats,
-            idle_timeout_ns: int | None = None, select: Callable[[object], bool] | None = None,
-            ) -> Iterator[list[Event]]:  # fmt: skip
-    parser = SegmentParser()
-    parse = parser.parse
-    reasm = TcpReassembler(idle_timeout_ns=idle_timeout_ns)
-    feed = reasm.feed
-    session = Session(codec, options)
-    handle = session.handle
-    n = tcp = 0
-    error: BaseException | None = None
-    try:
-        for raw in packets:
-            n += 1
-            seg = parse(raw)
-            if seg is None:
-                continue
-            tcp += 1
-            for tev in feed(seg):
-                if select is not None and not select(tev):
-                    continue
-                out = handle(tev)
-                if out:
-                    yield out
-    except GeneratorExit:
-        raise  # the consumer stopped listening: nothing more to say
-    except (Exception, KeyboardInterrupt) as exc:
-        error = exc  # a truncated file or Ctrl-C: first flush what is decoded, then re-raise
-    stats.packets, stats.tcp_packets = n, tcp
-    stats.skipped = dict(getattr(parser, "skipped", {}) or {})
-    last_ts = 0
-    for tev in reasm.finish():
-        if select is None or select(tev):
-            yield handle(tev)
-        last_ts = getattr(tev, "ts_ns", last_ts)
-    for conn in list(session.conns.values()):
-        yield conn.close("eof", n, last_ts)
-    stats.accounting = session.accounting()
-    if error is not None:
-        raise error
 
 
 def read(
@@ -164,7 +191,7 @@ class EventStream:
         self.options = Options(ports=ports, show_credentials=show)
 
     def __iter__(self) -> Iterator[Event]:
-        return decode_packets(read_packets(self.path), self.codec, self.options)
+        return decode_source(self.path, self.codec, self.options)
 
     def __repr__(self) -> str:
         return f"<amqpscope.EventStream {str(self.path)!r} ports={sorted(self.options.ports)}>"

@@ -12,23 +12,21 @@ import itertools
 import os
 import sys
 from collections.abc import Callable, Iterator
-from typing import IO, Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
 
-from amqpscope.capture import CaptureError, CaptureUnreadable, read_packets
+from amqpscope.capture import CaptureError
 from amqpscope.dissect.codec import Codec, get_codec
 from amqpscope.dissect.spec import Spec, SpecError
 from amqpscope.events import Event
 from amqpscope.filter import FilterError
-from amqpscope.packets import RawPacket
-from amqpscope.pipeline import RunStats, decode_batches
-from amqpscope.session import Options
-from amqpscope.validate.beside import BesideStage, usable_cores
+from amqpscope.pipeline import Options, RunStats, decode_batches, jsonl_batches
 from amqpscope.validate.validator import Validator
 
 EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
@@ -52,16 +50,9 @@ def input_options(f: F) -> F:
     return spec_option(f)
 
 
-def jobs_option(f: F) -> F:
-    return click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
-                        help="Processes. 2 (the default with two or more cores): a helper process decodes each file "
-                        "again to validate it, beside this one. 1: one process.")(f)  # fmt: skip
-
-
-def validate_with(capture: CaptureRun, spec: Spec, jobs: int | None) -> None:
-    """Inline findings for ``capture``: from a helper process when there is a core for it."""
+def validate_with(capture: CaptureRun, spec: Spec) -> None:
+    """Inline findings for ``capture``."""
     capture.validator = Validator(spec)
-    capture.beside = (jobs or usable_cores()) >= 2
 
 
 def load_codec(spec: str | None) -> Codec:
@@ -73,13 +64,6 @@ def load_codec(spec: str | None) -> Codec:
 
 def options_from(ports: tuple[int, ...], show_credentials: bool, keep_bodies: bool = True) -> Options:
     return Options(ports=frozenset({5672, *ports}), show_credentials=show_credentials, keep_bodies=keep_bodies)
-
-
-def open_capture(path: str) -> IO[bytes]:
-    try:
-        return open(path, "rb")  # closed by CaptureRun
-    except OSError as exc:
-        raise CaptureUnreadable(f"cannot read capture '{path}': {exc.strerror or exc}") from None
 
 
 class UnsupportedLinkType(CaptureError):
@@ -99,64 +83,54 @@ class CaptureRun:
         self.stats: list[tuple[str, RunStats]] = []
         self.max_packets: int | None = None
         self.validator: Validator | None = None  # inline findings, as the first stage
-        self.beside = False  # ... computed by a helper process that decodes each file again
-        self._consumed = 0  # bytes of earlier files, for progress over several files
-        self._fh: Any = None
+        self._done = 0  # files finished, for progress over several files
 
     def position(self) -> int:
-        """Bytes of input consumed so far (for the progress bar)."""
-        try:
-            return self._consumed + (self._fh.tell() if self._fh is not None else 0)
-        except (OSError, ValueError):
-            return self._consumed
+        """Bytes of the input files finished so far (for the progress bar)."""
+        return sum(_size(f) for f in self.files[: self._done])
 
     def events(self, stages: tuple[Callable[[Iterator[Event]], Iterator[Event]], ...] = ()) -> Iterator[Event]:
         return itertools.chain.from_iterable(self.batches(stages))
 
     def batches(self, stages: tuple[Callable[[Iterator[Event]], Iterator[Event]], ...] = ()) -> Iterator[list[Event]]:
-        """The events of every file in lists (see ``decode_batches``)."""
+        """The events of every file in lists (see ``pipeline.decode_batches``)."""
+        validation = (self.validator.stage,) if self.validator is not None else ()
         for path in self.files:
-            stats = RunStats()
-            self.stats.append((path, stats))
-            try:
-                source: Any = sys.stdin.buffer if path == "-" else open_capture(path)
-                self._fh = None if path == "-" else source
-                yield from decode_batches(self._packets(source), self.codec, self.options, stats,
-                                          self._validation(path) + stages)  # fmt: skip
-                unsupported = sorted(k.rsplit(" ", 1)[1] for k in stats.skipped if k.startswith("unsupported link"))
-                if unsupported and not stats.tcp_packets:
-                    raise UnsupportedLinkType(
-                        f"capture '{path}' has no packet of a supported link type (link type {', '.join(unsupported)})"
-                    )
-            except CaptureError as exc:
-                click.echo(f"amqpscope: error: {exc}", err=True)
-                self.error = self.error or exc
-            finally:
-                if self._fh is not None:
-                    self._consumed += os.fstat(self._fh.fileno()).st_size
-                    self._fh.close()
-                    self._fh = None
+            yield from self._each(path, lambda stats, p=path: decode_batches(  # type: ignore[misc]
+                p, self.codec, self.options, stats, validation + stages, self.max_packets))
 
-    def _packets(self, source: Any) -> Iterator[RawPacket]:
-        packets = read_packets(source)
-        return packets if self.max_packets is None else itertools.islice(packets, self.max_packets)
+    def jsonl(self, body: str) -> Iterator[bytes]:
+        """The JSON lines of every file's events, written by the core (no validation, no filter)."""
+        for path in self.files:
+            yield from self._each(path, lambda stats, p=path: jsonl_batches(  # type: ignore[misc]
+                p, self.codec, self.options, stats, body, self.max_packets))
 
-    def _validation(self, path: str) -> tuple[Callable[[Iterator[Event]], Iterator[Event]], ...]:
-        if self.validator is None:
-            return ()
-        if not self.beside or path == "-" or not os.path.isfile(path):
-            return (self.validator.stage,)  # stdin, a pipe or a device cannot be read a second time
-        inline = self.validator.stage
-
-        def validated() -> Iterator[list[Event]]:  # runs in the helper process
-            packets = self._packets(open_capture(path))
-            return decode_batches(packets, self.codec, self.options, RunStats(), (inline,))
-
-        return (BesideStage(validated, inline, warn),)
+    def _each(self, path: str, decode: Callable[[RunStats], Iterator[T]]) -> Iterator[T]:
+        stats = RunStats()
+        self.stats.append((path, stats))
+        try:
+            yield from decode(stats)
+            unsupported = sorted(k.rsplit(" ", 1)[1] for k in stats.skipped if k.startswith("unsupported link"))
+            if unsupported and not stats.tcp_packets:
+                raise UnsupportedLinkType(
+                    f"capture '{path}' has no packet of a supported link type (link type {', '.join(unsupported)})"
+                )
+        except CaptureError as exc:
+            click.echo(f"amqpscope: error: {exc}", err=True)
+            self.error = self.error or exc
+        finally:
+            self._done += 1
 
     @property
     def exit_code(self) -> int:
         return self.error.exit_code if self.error else 0
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size if path != "-" else 0
+    except OSError:
+        return 0
 
 
 def run_guarded(body: Callable[[], int]) -> NoReturn:

@@ -17,7 +17,7 @@ from amqpscope.output.console import ConsoleWriter
 from amqpscope.output.records import record
 from amqpscope.output.writers import WRITERS, JsonlWriter, Writer
 
-from .common import CaptureRun, input_options, jobs_option, load_codec, options_from, run_guarded, validate_with
+from .common import CaptureRun, input_options, load_codec, options_from, run_guarded, validate_with
 
 FORMATS = ["auto", "rich", "jsonl", "json", "csv", "table"]
 
@@ -86,10 +86,9 @@ def _size(path: str) -> int:
 @click.option("--stats", is_flag=True, help="End with an accounting record: where every stream byte went.")
 @click.option("--no-progress", is_flag=True, help="No progress bar on stderr.")
 @click.option("--no-validate", is_flag=True, help="No inline findings (spec validation, see 'amqpscope validate').")
-@jobs_option
 def decode(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], show_credentials: bool, fmt: str,
            verbose: bool, count: int | None, display_filter: str | None, body: str | None, stats: bool,
-           no_progress: bool, no_validate: bool, jobs: int | None) -> None:  # fmt: skip
+           no_progress: bool, no_validate: bool) -> None:  # fmt: skip
     """Decode AMQP in capture FILES (pcap, pcapng, compressed; - for stdin)."""
 
     def run() -> int:
@@ -99,14 +98,17 @@ def decode(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], sho
         capture = CaptureRun(files, codec, options_from(ports, show_credentials, keep_bodies=writer.body != "none"))
         capture.max_packets = count
         if not no_validate:
-            validate_with(capture, codec.spec, jobs)
+            validate_with(capture, codec.spec)
         progress = _Progress(files, enabled=(not no_progress and not isinstance(writer, JsonlWriter)) or False)
         try:
             body_mode, write = writer.body, writer.write
-            events = progress.wrap(capture.events(), capture.position)
-            if isinstance(writer, JsonlWriter) and predicate is None and body_mode == "none":
-                writer.write_all(events)  # the plain `decode > file.jsonl`: its own tight loop
+            if isinstance(writer, JsonlWriter) and predicate is None and capture.validator is None:
+                # JSON lines straight from the core: no Python object per event
+                writer.write_bytes(capture.jsonl(body_mode))
+            elif isinstance(writer, JsonlWriter) and predicate is None and body_mode == "none":
+                writer.write_all(capture.events())  # with findings: the events' own tight loop
             else:
+                events = progress.wrap(capture.events(), capture.position)
                 for ev in events:
                     rec = ev.to_record() if body_mode == "none" else record(ev, body_mode)
                     if predicate is None or predicate(rec):

@@ -8,7 +8,7 @@ import click
 
 from amqpscope.analysis.html import render_html
 
-from .common import input_options, jobs_option, run_guarded
+from .common import input_options, run_guarded
 from .stats import no_validate_option, open_output, run_analysis
 
 
@@ -19,14 +19,13 @@ from .stats import no_validate_option, open_output, run_analysis
     "-o", "--output", type=click.Path(dir_okay=False, writable=True), required=True, help="The HTML file to write."
 )
 @no_validate_option
-@jobs_option
 def report(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], show_credentials: bool,
-           output: str, no_validate: bool, jobs: int | None) -> None:  # fmt: skip
+           output: str, no_validate: bool) -> None:  # fmt: skip
     """Write an HTML report (no external resources) of capture FILES."""
 
     def run() -> int:
         with open_output(output) as fh:
-            analyzer, capture = run_analysis(files, spec, ports, show_credentials, not no_validate, jobs)
+            analyzer, capture = run_analysis(files, spec, ports, show_credentials, not no_validate)
             if capture.error is not None and not analyzer.events:
                 fh.close()
                 os.unlink(output)  # nothing could be read: no empty page left behind

@@ -12,22 +12,21 @@ from amqpscope.analysis.stats import Analyzer
 from amqpscope.analysis.tables import render
 from amqpscope.output.records import dumps
 
-from .common import CaptureRun, fail, input_options, jobs_option, load_codec, options_from, run_guarded, validate_with
+from .common import CaptureRun, fail, input_options, load_codec, options_from, run_guarded, validate_with
 
 F = TypeVar("F", bound=Any)
 
 
 def run_analysis(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], show_credentials: bool,
-                 validate: bool = True, jobs: int | None = 1) -> tuple[Analyzer, CaptureRun]:  # fmt: skip
+                 validate: bool = True) -> tuple[Analyzer, CaptureRun]:  # fmt: skip
     """Decode FILES and feed every event to one Analyzer (bodies are hashed, not kept).
 
-    With ``validate`` the validator runs as a pipeline stage, so its findings are counted by rule;
-    with ``jobs`` of 2 (None: 2 when there are two cores) it runs beside, in a helper process."""
+    With ``validate`` the validator runs as a pipeline stage, so its findings are counted by rule."""
     codec = load_codec(spec)
     capture = CaptureRun(files, codec, options_from(ports, show_credentials, keep_bodies=False))
     analyzer = Analyzer(codec.spec)
     if validate:
-        validate_with(capture, codec.spec, jobs)
+        validate_with(capture, codec.spec)
     seen = 0
     for ev in capture.events():
         if len(capture.stats) != seen:  # a new file: keep its connection ids apart
@@ -72,15 +71,14 @@ def no_validate_option(f: F) -> F:
     help="Write to FILE instead of standard output.",
 )
 @no_validate_option
-@jobs_option
 def stats(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], show_credentials: bool, fmt: str,
-          output: str | None, no_validate: bool, jobs: int | None) -> None:  # fmt: skip
+          output: str | None, no_validate: bool) -> None:  # fmt: skip
     """Conversation analytics of capture FILES: methods, ledgers, latencies, heartbeats, audit."""
 
     def run() -> int:
         out = open_output(output) if output else sys.stdout
         try:
-            analyzer, capture = run_analysis(files, spec, ports, show_credentials, not no_validate, jobs)
+            analyzer, capture = run_analysis(files, spec, ports, show_credentials, not no_validate)
             if capture.error is not None and not analyzer.events:
                 return capture.exit_code  # nothing could be read: the error is all there is to say
             report = analyzer.report()

@@ -28,7 +28,7 @@ from conftest import CAPTURES
 
 from amqpscope.capture import CaptureError, read_packets
 from amqpscope.pipeline import RunStats, decode_packets
-from amqpscope.session import Options
+from amqpscope.pipeline import Options
 from amqpscope.testing.tcpwalk import TcpData
 from cli.main import cli
 

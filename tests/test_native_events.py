@@ -32,7 +32,7 @@ from amqpscope.events import Accounting, Connection, Event, Frame, Gap, Malforme
 from amqpscope.output.records import record
 from amqpscope.output.writers import JsonlWriter
 from amqpscope.pipeline import decode_packets
-from amqpscope.session import Options
+from amqpscope.pipeline import Options
 
 native = pytest.importorskip("amqpscope._native")
 if not hasattr(native, "_jsonl"):

@@ -21,7 +21,7 @@ from amqpscope.dissect.codec import get_codec
 from amqpscope.dissect.tables import compile_tables
 from amqpscope.output.records import dumpb_line, record
 from amqpscope.pipeline import RunStats, decode_packets
-from amqpscope.session import Options
+from amqpscope.pipeline import Options
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "captures"

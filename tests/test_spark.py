@@ -26,7 +26,7 @@ from amqpscope.dissect.codec import get_codec
 from amqpscope.events import EVENT_TYPES, Event, Frame, Gap, ProtocolHeader, Resync
 from amqpscope.output.records import dumps
 from amqpscope.pipeline import RunStats, decode_packets
-from amqpscope.session import Options
+from amqpscope.pipeline import Options
 from amqpscope.spark import schema
 from amqpscope.spark.inputs import Capture, list_inputs, local_path
 from amqpscope.spark.job import JobOptions, pack, plan_slices, run_job

@@ -27,7 +27,7 @@ from amqpscope.dissect.wire import (
 )
 from amqpscope.events import Finding
 from amqpscope.pipeline import decode_packets
-from amqpscope.session import Options
+from amqpscope.pipeline import Options
 from amqpscope.testing.broker import PrivateBroker
 from amqpscope.validate.validator import Validator
 

@@ -12,7 +12,7 @@ from amqpscope.dissect.codec import get_codec
 from amqpscope.events import Finding
 from amqpscope.pcapwrite import write_pcap
 from amqpscope.pipeline import decode_packets
-from amqpscope.session import Options
+from amqpscope.pipeline import Options
 from amqpscope.validate.validator import Validator
 
 

@@ -73,7 +73,7 @@ from amqpscope.packets import RawPacket, TcpData  # noqa: E402
 from amqpscope.pcapwrite import pcap_header, pcap_record, pcapng_epb, pcapng_idb, pcapng_shb  # noqa: E402
 from amqpscope.pipeline import RunStats, decode_packets  # noqa: E402
 from amqpscope.reassembly import TcpReassembler  # noqa: E402
-from amqpscope.session import Options  # noqa: E402
+from amqpscope.pipeline import Options  # noqa: E402
 
 SHARED_CAPTURES = ROOT.parent / "shared" / "captures"
 SMALL_CAPTURE = 64 * 1024  # larger shared captures cost too much per execution

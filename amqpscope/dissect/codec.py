@@ -1,31 +1,25 @@
-"""The codec for one spec: method and content-header payloads to Python values and back.
+"""One spec, ready for the native core and for the Python face.
 
-It joins the generated fast paths (``generated/*.py`` or a module compiled at run time for
-``--spec FILE``) with the spec model, so callers get names, ids and the `Method` description.
+``Codec`` holds the loaded spec model, the tables the core executes (compiled once per spec by
+:mod:`amqpscope.dissect.tables`) and the encoders tests and synthetic captures write frames with.
+Decoding happens in the core (``amqpscope._native``); ``decode_method``/``decode_header`` here hand
+single payloads to it, for notebooks and tests.
 """
 
 from __future__ import annotations
 
-import importlib
 import struct
-from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
-from types import ModuleType
 from typing import Any, NamedTuple
 
-from .compiler import SHIPPED, compile_module, flag_decoder, spec_digest
+from .. import _native
+from .encode import encode_fields, encode_properties
 from .spec import DEFAULT_SPEC, Method, Spec, bundled_spec_path, load_spec
-from .values import Truncated
+from .tables import to_json
 from .wire import FRAME_BODY, FRAME_HEADER, FRAME_METHOD, encode_frame
 
 _IDS = struct.Struct(">HH")
-_IDS_UNPACK = _IDS.unpack_from
-_HEADER_UNPACK = struct.Struct(">HHQH").unpack_from
-MAX_FLAG_DECODERS = 4096  # distinct (class, flag word) decoders compiled; hostile input cannot grow it further
-_new = tuple.__new__  # builds a NamedTuple without the Python-level __new__ on the hot path
-_U16 = struct.Struct(">H")
-_DECODE_ERRORS = (Truncated, IndexError, struct.error, ValueError, OverflowError)
 
 
 class DecodedMethod(NamedTuple):
@@ -45,131 +39,56 @@ class DecodedHeader(NamedTuple):
     problem: str | None
 
 
-@dataclass(frozen=True, slots=True)
-class _Entry:
-    method: Method
-    name: str
-    decode: Any
-    encode: Any
-
-
 class Codec:
-    """Decoders and encoders for every method and content class of one spec.
+    """The spec model, its core tables and encoders for every method and content class."""
 
-    Content headers take one of two paths: a single flag word with only defined bits (nearly every
-    header) goes to a decoder compiled for exactly that word on first sight; anything else (several
-    flag words, undefined bits, trailing bytes) goes through the generic generated decoder, which
-    also says what is wrong.
-    """
-
-    def __init__(self, spec: Spec, module: ModuleType) -> None:
+    def __init__(self, spec: Spec) -> None:
         self.spec = spec
-        self._entries: dict[int, _Entry] = {
-            m.key: _Entry(m, m.full_name, module.METHOD_DECODERS[m.key], module.METHOD_ENCODERS[m.key]) for m in spec.methods()
-        }
-        self._by_name = {e.method.full_name: e for e in self._entries.values()}
-        self._pdec: dict[int, Any] = dict(module.PROPERTY_DECODERS)
-        self._penc: dict[int, Any] = dict(module.PROPERTY_ENCODERS)
-        self._nprops = {c.index: len(c.properties) for c in spec.classes}
-        # flag bits the first flag word may set without a problem (plus the continuation bit)
-        allowed = {c.index: sum(1 << (15 - b) for b in range(min(15, len(c.properties)))) | 1 for c in spec.classes}
-        # the decode path reads plain tuples: (decoder, name, Method)
-        self._fast_methods = {k: (e.decode, e.name, e.method) for k, e in self._entries.items()}
-        # flag bits of a single flag word that no property owns, per class with properties
-        self._disallowed = {c: 0xFFFF & ~allowed[c] for c in self._pdec}
-        self._props_of = {c.index: c.properties for c in spec.classes}
-        self._by_flags: dict[int, Any] = {}  # (class id << 16 | flag word) -> compiled decoder
+        self._by_key = {m.key: m for m in spec.methods()}
+        self._by_name = {m.full_name: m for m in self._by_key.values()}
+        self._props = {c.index: c.properties for c in spec.classes}
 
-    # --- decoding -------------------------------------------------------------------------------
+    @cached_property
+    def tables(self) -> str:
+        """The spec as the JSON tables the native core executes."""
+        return to_json(self.spec)
+
+    @cached_property
+    def _decoders(self) -> Any:
+        return _native.Codec(self.tables)
 
     def method(self, class_id: int, method_id: int) -> Method | None:
-        entry = self._entries.get((class_id << 16) | method_id)
-        return entry.method if entry else None
+        return self._by_key.get((class_id << 16) | method_id)
+
+    # --- decoding single payloads (the core's decoders) -----------------------------------------
 
     def decode_method(self, payload: bytes) -> DecodedMethod:
-        try:
-            class_id, method_id = _IDS_UNPACK(payload, 0)
-        except struct.error:
-            return DecodedMethod(-1, -1, "?", None, {}, f"method payload of {len(payload)} bytes has no class and method id")
-        entry = self._fast_methods.get((class_id << 16) | method_id)
-        if entry is None:
-            return DecodedMethod(class_id, method_id, f"{class_id}.{method_id}", None, {}, f"unknown method {class_id}/{method_id}")
-        decode, name, method = entry
-        try:
-            args, end = decode(payload, 4)
-        except _DECODE_ERRORS as exc:
-            return DecodedMethod(class_id, method_id, name, method, {}, f"truncated arguments ({_why(exc)})")
-        if end == len(payload):
-            return _new(DecodedMethod, (class_id, method_id, name, method, args, None))
-        if end > len(payload):
-            return DecodedMethod(class_id, method_id, name, method, args, "arguments run past the end of the frame")
-        return DecodedMethod(class_id, method_id, name, method, args, f"{len(payload) - end} trailing bytes")
+        class_id, method_id, name, known, args, problem = self._decoders.decode_method(payload)
+        return DecodedMethod(class_id, method_id, name, self.method(class_id, method_id) if known else None, args,
+                             problem)  # fmt: skip
 
     def decode_header(self, payload: bytes) -> DecodedHeader:
-        try:
-            class_id, weight, body_size, word = _HEADER_UNPACK(payload, 0)
-        except struct.error:
-            return DecodedHeader(-1, 0, 0, {}, f"content header of {len(payload)} bytes is too short")
-        if not word & 1:  # one flag word, the common case: a decoder compiled for exactly these flags
-            decode = self._by_flags.get((class_id << 16) | word) or self._flag_decoder(class_id, word)
-            if decode is not None:
-                try:
-                    props, end = decode(payload, 14)
-                except _DECODE_ERRORS as exc:
-                    return DecodedHeader(class_id, weight, body_size, {}, f"truncated properties ({_why(exc)})")
-                if end == len(payload):
-                    return _new(DecodedHeader, (class_id, weight, body_size, props, None))
-        return self._decode_header_slow(payload, class_id, weight, body_size, word)
+        return DecodedHeader(*self._decoders.decode_header(payload))
 
-    def _flag_decoder(self, class_id: int, word: int) -> Any:
-        """Compile (once) the decoder for one flag word; None when the slow path must judge it."""
-        disallowed = self._disallowed.get(class_id)
-        if disallowed is None or word & disallowed or len(self._by_flags) >= MAX_FLAG_DECODERS:
-            return None
-        decode = self._by_flags[(class_id << 16) | word] = flag_decoder(self._props_of[class_id], word)
-        return decode
-
-    def _decode_header_slow(self, payload: bytes, class_id: int, weight: int, body_size: int, word: int) -> DecodedHeader:
-        words, off = [word], 14
-        try:
-            while words[-1] & 1:  # continuation bit: another flag word follows
-                words.append(_U16.unpack_from(payload, off)[0])
-                off += 2
-        except struct.error:
-            return DecodedHeader(class_id, weight, body_size, {}, "property flags run past the end")
-        decode = self._pdec.get(class_id)
-        if decode is None:
-            problem = None if words == [0] else f"no content properties are defined for class {class_id}"
-            return DecodedHeader(class_id, weight, body_size, {}, problem)
-        problem = _unknown_flags(words, self._nprops[class_id])
-        try:
-            props, end = decode(payload, off, words)
-        except _DECODE_ERRORS as exc:
-            return DecodedHeader(class_id, weight, body_size, {}, f"truncated properties ({_why(exc)})")
-        if problem is None and end != len(payload):
-            problem = (
-                "properties run past the end of the frame"
-                if end > len(payload)
-                else f"{len(payload) - end} trailing bytes after the properties"
-            )
-        return DecodedHeader(class_id, weight, body_size, props, problem)
+    def decode_table_body(self, body: bytes) -> dict[str, Any]:
+        return self._decoders.decode_table_body(body)  # type: ignore[no-any-return]
 
     # --- encoding -------------------------------------------------------------------------------
 
-    def _entry(self, name: str | tuple[int, int]) -> _Entry:
-        entry = self._entries.get((name[0] << 16) | name[1]) if isinstance(name, tuple) else self._by_name.get(name)
-        if entry is None:
+    def _method(self, name: str | tuple[int, int]) -> Method:
+        m = self._by_key.get((name[0] << 16) | name[1]) if isinstance(name, tuple) else self._by_name.get(name)
+        if m is None:
             raise KeyError(f"no method {name!r} in spec {self.spec.version}")
-        return entry
+        return m
 
     def encode_method(self, name: str | tuple[int, int], args: dict[str, Any] | None = None) -> bytes:
         """The payload of a method frame: class id, method id and the packed arguments."""
-        m = self._entry(name).method
-        return _IDS.pack(m.class_index, m.index) + self._entry(name).encode(args or {})
+        m = self._method(name)
+        return _IDS.pack(m.class_index, m.index) + encode_fields(m.fields, args or {})
 
     def encode_header(self, class_id: int, body_size: int, properties: dict[str, Any] | None = None) -> bytes:
-        encode = self._penc.get(class_id)
-        flags_and_props = encode(properties or {}) if encode else b"\x00\x00"
+        props = self._props.get(class_id)
+        flags_and_props = encode_properties(props, properties or {}) if props else b"\x00\x00"
         return struct.pack(">HHQ", class_id, 0, body_size) + flags_and_props
 
     def method_frame(self, channel: int, name: str | tuple[int, int], **args: Any) -> bytes:
@@ -186,28 +105,9 @@ class Codec:
         return b"".join(out)
 
 
-def _why(exc: BaseException) -> str:
-    return str(exc) or type(exc).__name__
-
-
-def _unknown_flags(words: list[int], known: int) -> str | None:
-    for i, w in enumerate(words):
-        usable = max(0, min(15, known - 15 * i))
-        allowed = sum(1 << (15 - b) for b in range(usable)) | 1
-        if w & ~allowed & 0xFFFF:
-            return f"property flag word {i} sets bits 0x{w & ~allowed & 0xFFFF:04x} for properties the spec does not define"
-    return None
-
-
 @cache
 def _codec_for_path(path: str) -> Codec:
-    spec = load_spec(path)
-    p = Path(path)
-    if p.parent == bundled_spec_path().parent and p.name in SHIPPED:
-        module = importlib.import_module(f"amqpscope.dissect.generated.{SHIPPED[p.name]}")
-        if module.__dict__.get("SPEC_DIGEST", spec_digest(spec)) == spec_digest(spec):
-            return Codec(spec, module)
-    return Codec(spec, compile_module(spec, p.name))
+    return Codec(load_spec(path))
 
 
 def get_codec(spec_path: str | Path | None = None) -> Codec:

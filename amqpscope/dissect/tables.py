@@ -69,20 +69,22 @@ def _property(f: Field) -> list[str]:
 
 def compile_tables(spec: Spec) -> dict[str, Any]:
     methods = [
-        {
-            "class": m.class_index, "method": m.index, "name": m.full_name, "content": m.content,
-            "sent_by": sorted(m.sent_by()), "reads": _reads(m.fields),
-        }  # fmt: skip
+        {"class": m.class_index, "method": m.index, "name": m.full_name, "content": m.content,
+         "sent_by": sorted(m.sent_by()), "reads": _reads(m.fields)}
         for m in spec.methods()
     ]
     classes = [{"class": c.index, "properties": [_property(f) for f in c.properties]} for c in spec.classes]
     return {"format": FORMAT, "version": spec.version, "methods": methods, "classes": classes, "field_types": FIELD_TYPES}
 
 
+def to_json(spec: Spec) -> str:
+    """The document the core reads (``SpecTables::from_json``)."""
+    return json.dumps(compile_tables(spec), separators=(",", ":"))
+
+
 def tables_json(spec_path: str | Path | None = None) -> str:
     """The tables of a spec file (default: the shipped 0-9-1 with RabbitMQ's extensions)."""
-    spec = load_spec(Path(spec_path) if spec_path else bundled_spec_path(DEFAULT_SPEC))
-    return json.dumps(compile_tables(spec), separators=(",", ":"))
+    return to_json(load_spec(Path(spec_path) if spec_path else bundled_spec_path(DEFAULT_SPEC)))
 
 
 if __name__ == "__main__":

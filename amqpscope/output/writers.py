@@ -76,6 +76,15 @@ class JsonlWriter(Writer):
                 self._sink(b"".join(lines))
                 lines.clear()
 
+    def write_bytes(self, chunks: Iterable[bytes]) -> None:
+        """JSON lines already written (by the native core), passed through as they come."""
+        self._drain()
+        sink = self._sink
+        for chunk in chunks:
+            sink(chunk)
+            if self.flush_each:
+                self._flush_out()
+
     def _drain(self) -> None:
         if self._lines:
             self._sink(b"".join(self._lines))

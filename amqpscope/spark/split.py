@@ -19,16 +19,14 @@ each other. Flows that start after the prefix fall back to a stable hash of thei
 from __future__ import annotations
 
 import zlib
-from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from itertools import chain
 
+from amqpscope import _native
 from amqpscope.dissect.codec import Codec
 from amqpscope.events import Event
-from amqpscope.net import SegmentParser
-from amqpscope.packets import Endpoint, RawPacket, TcpOpen
-from amqpscope.pipeline import RunStats, decode_batches
-from amqpscope.session import Options
+from amqpscope.packets import Endpoint
+from amqpscope.pipeline import Options, RunStats, Source, decode_batches
 
 FlowKey = tuple[Endpoint, Endpoint]
 PACKET_WEIGHT = 100  # per-packet cost in "bytes", so many small frames weigh more than their size
@@ -44,56 +42,37 @@ def hash_slice(key: FlowKey, slices: int) -> int:
     return zlib.crc32(repr(key).encode()) % slices
 
 
-def plan_slices(packets: Iterable[RawPacket], slices: int, plan_bytes: int) -> dict[FlowKey, int]:
-    """Assign the flows of the first ``plan_bytes`` of capture to ``slices`` slices (LPT)."""
-    parser = SegmentParser()
-    weight: Counter[FlowKey] = Counter()
-    seen = 0
-    for raw in packets:
-        seen += len(raw.data) + 16
-        seg = parser.parse(raw)
-        if seg is not None:
-            weight[flow_key(seg.src, seg.dst)] += len(seg.payload) + PACKET_WEIGHT
-        if seen >= plan_bytes:
-            break
+def plan_slices(source: Source, slices: int, plan_bytes: int) -> dict[FlowKey, int]:
+    """Assign the flows of the first ``plan_bytes`` of capture to ``slices`` slices (LPT). The
+    weighing is per packet, so the core does it (``_native.flow_weights``)."""
+    weights = _native.flow_weights(source, plan_bytes, PACKET_WEIGHT)
     load = [0] * slices
     plan: dict[FlowKey, int] = {}
-    for key, w in sorted(weight.items(), key=lambda kv: (-kv[1], kv[0])):
+    for a, b, w in sorted(weights, key=lambda t: (-t[2], (t[0], t[1]))):
         k = min(range(slices), key=lambda i: (load[i], i))
-        plan[key] = k
+        plan[(a, b)] = k
         load[k] += w
     return plan
 
 
 def decode_slice(
-    packets: Iterable[RawPacket],
+    source: Source,
     codec: Codec,
     options: Options,
     stats: RunStats,
     mine: Callable[[FlowKey], bool] | None = None,
 ) -> Iterator[Event]:
-    """Like ``pipeline.decode_packets``, but the session only sees flows where ``mine(key)``.
+    """Like ``pipeline.decode_source``, but only the flows where ``mine(key)`` are decoded.
 
-    With ``mine=None`` every flow is decoded and the events are those of ``decode_packets``.
+    With ``mine=None`` every flow is decoded and the events are those of ``decode_source``.
     Errors of the capture are re-raised after what was decoded before them is flushed.
     """
-    return chain.from_iterable(decode_batches(packets, codec, options, stats, select=flow_selector(mine)))
+    return chain.from_iterable(decode_batches(source, codec, options, stats, select=flow_selector(mine)))
 
 
-def flow_selector(mine: Callable[[FlowKey], bool] | None) -> Callable[[object], bool] | None:
-    """The ``select`` of ``decode_batches`` for the flows where ``mine(key)``: decided once per
-    flow when it opens, then looked up by flow number."""
+def flow_selector(mine: Callable[[FlowKey], bool] | None) -> Callable[[Endpoint, Endpoint], bool] | None:
+    """The ``select`` of ``decode_batches`` for the flows where ``mine(key)`` (the core asks it
+    once per flow, with the flow's two endpoints)."""
     if mine is None:
         return None
-    own: set[int] = set()
-
-    def wanted(tev: object) -> bool:
-        if type(tev) is TcpOpen:
-            if mine(flow_key(tev.client, tev.server)):
-                own.add(tev.flow)
-                return True
-            own.discard(tev.flow)
-            return False
-        return getattr(tev, "flow", None) in own
-
-    return wanted
+    return lambda client, server: mine(flow_key(client, server))

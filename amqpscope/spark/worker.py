@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-import gc
 import hashlib
-import itertools
 import os
 import tempfile
 import time
@@ -33,9 +31,7 @@ from amqpscope.capture import CaptureError, CaptureUnreadable, read_packets
 from amqpscope.dissect.codec import Codec, get_codec
 from amqpscope.dissect.spec import DEFAULT_SPEC, bundled_spec_path
 from amqpscope.events import Event
-from amqpscope.packets import RawPacket
-from amqpscope.pipeline import RunStats, decode_batches
-from amqpscope.session import Options
+from amqpscope.pipeline import Options, RunStats, decode_batches
 from amqpscope.validate.validator import Validator
 
 from .inputs import open_output, open_stream
@@ -177,8 +173,18 @@ def write_slice(sl: Slice, config: JobConfig, fs: Any, root: str, attempt: int) 
     return pa.RecordBatch.from_pydict(cols, schema=MANIFEST_SCHEMA)
 
 
-def _date(packet: RawPacket) -> str:
-    return dt.datetime.fromtimestamp(packet.ts_ns / 1e9, dt.UTC).strftime("%Y-%m-%d")
+def _first_date(uri: str) -> str:
+    """The capture date of the first packet (UTC); the unknown date when there is none."""
+    stream = open_stream(uri)
+    try:
+        first = next(read_packets(stream), None)
+    except (CaptureError, OSError):
+        first = None
+    finally:
+        stream.close()
+    if first is None:
+        return UNKNOWN_DATE
+    return dt.datetime.fromtimestamp(first.ts_ns / 1e9, dt.UTC).strftime("%Y-%m-%d")
 
 
 def _mine(sl: Slice, config: JobConfig) -> Callable[[FlowKey], bool] | None:
@@ -189,7 +195,7 @@ def _mine(sl: Slice, config: JobConfig) -> Callable[[FlowKey], bool] | None:
     stream = open_stream(sl.uri)
     plan: dict[FlowKey, int] = {}
     try:
-        plan = plan_slices(read_packets(stream), sl.count, config.plan_bytes)
+        plan = plan_slices(stream, sl.count, config.plan_bytes)
     except (CaptureError, OSError):
         pass
     finally:
@@ -203,19 +209,6 @@ _UNSEEN: Any = object()
 def decode_capture(sl: Slice, config: JobConfig) -> Iterator[tuple[str, pa.RecordBatch]]:
     """(table, batch) pairs of one capture slice; a read error becomes an ``errors`` row after
     the rows decoded before it."""
-    # Up to a batch of events per table is alive at a time, and the cyclic collector kept
-    # walking them: ~15 % of the CPU of a task. The decoder makes no cyclic garbage to speak of
-    # (peak memory was the same with the collector off), so collect far less often meanwhile,
-    # until the last batches are built.
-    thresholds = gc.get_threshold()
-    gc.set_threshold(100_000, 50, 100)
-    try:
-        yield from _decode_capture(sl, config)
-    finally:
-        gc.set_threshold(*thresholds)
-
-
-def _decode_capture(sl: Slice, config: JobConfig) -> Iterator[tuple[str, pa.RecordBatch]]:
     started = time.perf_counter()
     constants = {"capture": sl.uri, "capture_id": sl.capture_id, "capture_date": UNKNOWN_DATE}
     rows = {name: TableRows(TABLES[name], constants) for name in config.tables}
@@ -225,18 +218,14 @@ def _decode_capture(sl: Slice, config: JobConfig) -> Iterator[tuple[str, pa.Reco
     written = 0
     stream = None
     try:
+        constants["capture_date"] = _first_date(sl.uri)
         stream = open_stream(sl.uri)
-        packets = read_packets(stream)
-        first = next(packets, None)
-        if first is not None:
-            constants["capture_date"] = _date(first)
-            packets = itertools.chain((first,), packets)
         mine = _mine(sl, config)
         codec = _codec(config.spec)
         # per slice: connection checks are exact; the few that look across connections
         # (exclusive queues, exchanges declared elsewhere) see only this slice's connections
         stages = (_validator(config.spec).stage,) if config.validate else ()
-        batches = decode_batches(packets, codec, options, stats, stages=stages, select=flow_selector(mine))
+        batches = decode_batches(stream, codec, options, stats, stages=stages, select=flow_selector(mine))
         # event class -> the append of its table's buffer (None: not stored)
         sinks: dict[type, Callable[[Event], None] | None] = {}
         buffers = [(table, table.events) for table in rows.values() if table.table.classes]

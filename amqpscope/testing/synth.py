@@ -26,8 +26,7 @@ from amqpscope.dissect.codec import Codec, get_codec
 from amqpscope.dissect.wire import FRAME_BODY, FRAME_HEADER, FRAME_HEARTBEAT, encode_frame, encode_protocol_header
 from amqpscope.events import Event, Finding
 from amqpscope.pcapwrite import Record, TcpConversation, write_pcap
-from amqpscope.pipeline import decode_packets
-from amqpscope.session import Options
+from amqpscope.pipeline import Options, decode_packets
 
 STEP_NS = 1_000_000
 # what pika announces in start-ok's client-properties
