@@ -459,6 +459,21 @@ def bad_files(d: Path) -> list[Path]:
     return out
 
 
+ZLIB_PREFIX = "Error -3 while decompressing data: "
+
+
+def known_difference(py: list[str], rs: list[str]) -> str | None:
+    """The one accepted difference: zlib-rs names a deflate data error met in its fast path
+    "repeated call with bad state" where zlib (Python) names the error itself. Same class, exit code
+    and packets; only the last words of the message differ."""
+    if len(py) != len(rs) or sum(a != b for a, b in zip(py, rs, strict=True)) != 1:
+        return None
+    a, b = py[-1], rs[-1]
+    if a.startswith("error CorruptCapture") and ZLIB_PREFIX in a and f"{ZLIB_PREFIX}repeated call with bad state" in b:
+        return "zlib-rs message for a corrupt deflate stream"
+    return None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", type=Path, help="the built tcp_events example (default: cargo build --release)")
@@ -509,7 +524,7 @@ def main() -> int:
         for p in bad_files(bad):
             jobs.append((f"bad/{p.parent.name}/{p.name}", p, {}))
 
-    files = events = mismatched = 0
+    files = events = mismatched = known = 0
     errors = 0
     for label, path, limits in jobs:
         py = python_lines(path, limits)
@@ -517,7 +532,10 @@ def main() -> int:
         files += 1
         events += sum(1 for line in py if line.split(" ", 1)[0] in ("open", "data", "gap", "close"))
         errors += any(line.startswith("error ") for line in py)
-        if py != rs:
+        if py != rs and (why := known_difference(py, rs)):
+            known += 1
+            print(f"known difference {label}: {why}\n    python: {py[-1]}\n    native: {rs[-1]}")
+        elif py != rs:
             mismatched += 1
             print(f"MISMATCH {label}: python {len(py)} lines, native {len(rs)} lines")
             shown = 0
@@ -529,8 +547,10 @@ def main() -> int:
                     shown += 1
                     if shown >= args.show:
                         break
-    print(f"{files} files ({errors} ending in a capture error), {events} TCP events compared, "
-          f"{mismatched} mismatched")  # fmt: skip
+    print(
+        f"{files} files ({errors} ending in a capture error), {events} TCP events compared, "
+        f"{mismatched} mismatched, {known} known differences"
+    )
     if args.keep is None:
         shutil.rmtree(tmp, ignore_errors=True)
     return 1 if mismatched else 0
