@@ -342,6 +342,11 @@ impl InBuf {
 
 /// gzip as Python's `gzip._GzipReader` reads it: members in sequence, each with its header,
 /// deflate data and CRC-32/ISIZE trailer; zero bytes between members are skipped.
+///
+/// Deflate errors carry zlib's text ("Error -3 while decompressing data: invalid block type"),
+/// with one exception: an error zlib-rs meets in its fast decoding loop comes out as "repeated call
+/// with bad state" where zlib names it (invalid distance too far back, invalid distance code,
+/// invalid literal/length code). Class, exit code and the packets before it are the same.
 struct Gzip {
     inflate: flate2::Decompress,
     crc: flate2::Crc,
@@ -1882,5 +1887,17 @@ mod tests {
         let (pkts, err) = read_all(b);
         assert!(pkts.is_empty());
         assert_eq!(err.unwrap().exit_code(), 6);
+    }
+}
+
+#[cfg(test)]
+mod send {
+    /// Readers move between threads (the binding releases the GIL around them).
+    #[test]
+    fn packet_reader_is_send() {
+        fn send<T: Send>() {}
+        send::<super::PacketReader>();
+        send::<crate::reasm::Reassembler>();
+        send::<crate::net::SegmentParser>();
     }
 }
