@@ -24,13 +24,54 @@ pub struct Endpoint {
     pub port: u16,
 }
 
+impl Endpoint {
+    /// The address as inet_ntop writes it (what Python's net code showed, and tcpdump shows).
+    pub fn addr_text(&self) -> String {
+        match self.addr {
+            IpAddr::V4(a) => a.to_string(),
+            IpAddr::V6(a) => {
+                let s = a.segments();
+                // an IPv4-compatible address (::a.b.c.d): inet_ntop keeps the dotted quad, Rust's
+                // Display does not (it does for the IPv4-mapped ::ffff:a.b.c.d, as inet_ntop does)
+                if s[..6] == [0; 6] && s[6] != 0 {
+                    let o = a.octets();
+                    format!("::{}.{}.{}.{}", o[12], o[13], o[14], o[15])
+                } else {
+                    a.to_string()
+                }
+            }
+        }
+    }
+}
+
 impl fmt::Display for Endpoint {
     /// `127.0.0.1:5672`, `[::1]:5672`: the text form every output uses.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.addr {
-            IpAddr::V4(a) => write!(f, "{a}:{}", self.port),
-            IpAddr::V6(a) => write!(f, "[{a}]:{}", self.port),
+            IpAddr::V4(_) => write!(f, "{}:{}", self.addr_text(), self.port),
+            IpAddr::V6(_) => write!(f, "[{}]:{}", self.addr_text(), self.port),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_are_written_as_inet_ntop_writes_them() {
+        let ep = |a: &str| {
+            Endpoint {
+                addr: a.parse().unwrap(),
+                port: 5672,
+            }
+            .to_string()
+        };
+        assert_eq!(ep("127.0.0.1"), "127.0.0.1:5672");
+        assert_eq!(ep("::1"), "[::1]:5672");
+        assert_eq!(ep("::ffff:10.1.2.3"), "[::ffff:10.1.2.3]:5672");
+        assert_eq!(ep("::1.2.3.4"), "[::1.2.3.4]:5672");
+        assert_eq!(ep("fe80::1:2"), "[fe80::1:2]:5672");
     }
 }
 

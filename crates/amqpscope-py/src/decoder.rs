@@ -190,7 +190,7 @@ fn flow_select(predicate: Py<PyAny>) -> Select {
             server,
             ..
         } => {
-            let ep = |e: &amqpscope_core::types::Endpoint| (e.addr.to_string(), e.port);
+            let ep = |e: &amqpscope_core::types::Endpoint| (e.addr_text(), e.port);
             let keep = Python::attach(|py| {
                 predicate
                     .bind(py)

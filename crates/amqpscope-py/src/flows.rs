@@ -51,5 +51,5 @@ pub fn flow_weights(
 }
 
 fn text(e: &Endpoint) -> PyEndpoint {
-    (e.addr.to_string(), e.port)
+    (e.addr_text(), e.port)
 }
