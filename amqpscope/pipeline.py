@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from itertools import chain, islice
+from itertools import chain
 from pathlib import Path
 from typing import IO, Any, Union
 
@@ -23,7 +23,6 @@ from .packets import RawPacket
 
 Source = Union[str, "Path", IO[bytes]]
 Stage = Callable[[Iterator[Event]], Iterator[Event]]
-PACKETS_PER_BATCH = 2048  # packets handed to the core per call when Python holds them
 ACCOUNTING_FIELDS = ("stream_bytes", "frame_bytes", "header_bytes", "gap_bytes", "skipped_bytes", "pending_bytes",
                      "frames")  # fmt: skip
 
@@ -141,9 +140,12 @@ def decode_packets(packets: Iterable[RawPacket], codec: Codec | None = None, opt
 
 
 def _engine_batches(engine: Any, packets: Iterator[RawPacket], stats: RunStats | None) -> Iterator[list[Event]]:
+    # One packet per trip: a live capture's packets must come out as they arrive, not when a
+    # batch is full. (Files take the Decoder, which reads in the core.)
+    feed = engine.feed
     try:
-        while chunk := list(islice(packets, PACKETS_PER_BATCH)):
-            events = engine.feed(chunk)
+        for packet in packets:
+            events = feed((packet,))
             if events:
                 yield events
     finally:

@@ -21,12 +21,11 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import pytest
 
-from amqpscope.capture import CaptureError, TruncatedCapture, read_packets
+from amqpscope.capture import CaptureError, TruncatedCapture
 from amqpscope.dissect.codec import get_codec
 from amqpscope.events import EVENT_TYPES, Event, Frame, Gap, ProtocolHeader, Resync
 from amqpscope.output.records import dumps
-from amqpscope.pipeline import RunStats, decode_packets
-from amqpscope.pipeline import Options
+from amqpscope.pipeline import Options, RunStats, decode_source
 from amqpscope.spark import schema
 from amqpscope.spark.inputs import Capture, list_inputs, local_path
 from amqpscope.spark.job import JobOptions, pack, plan_slices, run_job
@@ -52,7 +51,7 @@ def reference_events(uri: str) -> tuple[list[Event], CaptureError | None]:
     try:
         codec = get_codec()
         stages = (Validator(codec.spec).stage,)  # as `amqpscope decode` does by default
-        for ev in decode_packets(read_packets(local_path(uri)), codec, Options(), stages=stages):
+        for ev in decode_source(local_path(uri), codec, Options(), stages=stages):
             events.append(ev)
     except CaptureError as exc:
         return events, exc
@@ -299,14 +298,14 @@ def _records(events: Iterable[Event]) -> Counter[str]:
 def test_capture_decoded_in_slices_equals_whole(captures_dir: Path, name: str, slices: int, plan_bytes: int) -> None:
     path = captures_dir / name
     codec = get_codec()
-    whole = list(decode_packets(read_packets(path), codec, Options()))
-    plan = plan_flows(read_packets(path), slices, plan_bytes=plan_bytes)
+    whole = list(decode_source(path, codec, Options()))
+    plan = plan_flows(path, slices, plan_bytes=plan_bytes)
     parts = []
     for i in range(slices):
         def mine(key: Any, i: int = i) -> bool:
             return plan.get(key, hash_slice(key, slices)) == i
 
-        parts.append(list(decode_slice(read_packets(path), codec, Options(), RunStats(), mine)))
+        parts.append(list(decode_slice(path, codec, Options(), RunStats(), mine)))
     merged: Counter[str] = Counter()
     for p in parts:
         merged += _records(p)
@@ -318,7 +317,7 @@ def test_capture_decoded_in_slices_equals_whole(captures_dir: Path, name: str, s
 
 def test_flow_plan_balances_heavy_flows(captures_dir: Path) -> None:
     path = captures_dir / "s07_pika_many_channels.pcap"
-    plan = plan_flows(read_packets(path), 2, plan_bytes=1 << 30)
+    plan = plan_flows(path, 2, plan_bytes=1 << 30)
     assert set(plan.values()) == {0, 1}
     assert flow_key(("b", 1), ("a", 2)) == flow_key(("a", 2), ("b", 1))
 
@@ -408,11 +407,11 @@ def test_distinct_is_by_identity() -> None:
     assert distinct([a, b])[1] is None  # every row its own object: no indices
 
 
-def test_decode_slice_of_the_whole_capture_is_decode_packets(captures_dir: Path) -> None:
+def test_decode_slice_of_the_whole_capture_is_decode_source(captures_dir: Path) -> None:
     path = captures_dir / "s11_amqptools_basic.pcap"
     codec = get_codec()
-    flat = list(decode_slice(read_packets(path), codec, Options(), RunStats()))
-    assert [e.to_record() for e in flat] == [e.to_record() for e in decode_packets(read_packets(path), codec, Options())]
+    flat = list(decode_slice(path, codec, Options(), RunStats()))
+    assert [e.to_record() for e in flat] == [e.to_record() for e in decode_source(path, codec, Options())]
 
 
 # --- planning (no Spark) -------------------------------------------------------------------------
