@@ -82,20 +82,43 @@ def test_jsonl_keys_of_every_kind() -> None:
     assert closed["client_product"] == "Pika Python Client Library" and closed["server_product"] == "RabbitMQ"
 
 
-def test_jsonl_gap_and_resync_kinds(tmp_path: Path) -> None:
-    """A segment dropped from the middle of s02: a gap object and a resync object, base keys set."""
+def test_jsonl_gap_of_whole_packets(tmp_path: Path) -> None:
+    """A segment of whole frames dropped from the middle of s02: a gap object, and the frames after
+    it decoded from the next packet on (its start is a frame boundary), not marked resynced."""
     if not CAPTURES.is_dir():
         pytest.skip("shared captures not present")
     src = CAPTURES / "s02_pika_confirms.pcap"
     packets = [i for i, seg in variants.data_packets(src) if seg.dst[1] == 5672]
+    dropped = packets[len(packets) // 2]
     dst = tmp_path / "drop.pcap"
-    variants.drop_packets(src, dst, [packets[len(packets) // 2]])
+    variants.drop_packets(src, dst, [dropped])
     recs = jsonl(dst)
     (gap,) = [r for r in recs if r["kind"] == "gap"]
-    (resync,) = [r for r in recs if r["kind"] == "resync"]
-    assert set(gap) >= BASE and gap["dir"] == "c2s" and gap["size"] > 0
-    assert set(resync) >= BASE and resync["reason"] == "gap" and resync["skipped"] >= 0
-    after = [r for r in recs if r["kind"] == "frame" and r["dir"] == "c2s" and r["packet"] >= resync["packet"]]
+    assert set(gap) >= BASE and gap["dir"] == "c2s" and gap["size"] > 0 and gap["lost_frame"] is None
+    assert not [r for r in recs if r["kind"] == "resync"]
+    after = [r for r in recs if r["kind"] == "frame" and r["dir"] == "c2s" and r["packet"] >= gap["packet"]]
+    assert after and not any(r["resync"] for r in after)
+    # only the frames of the dropped packet are missing
+    c2s = [r for r in jsonl(src) if r["kind"] == "frame" and r["dir"] == "c2s"]
+    assert len([r for r in recs if r["kind"] == "frame" and r["dir"] == "c2s"]) == len(
+        [r for r in c2s if r["packet"] != dropped]
+    )
+
+
+def test_jsonl_resync_kind(tmp_path: Path) -> None:
+    """A capture started mid-conversation (after the handshake, at a publish): a resync object, and
+    every frame after it marked resynced."""
+    if not CAPTURES.is_dir():
+        pytest.skip("shared captures not present")
+    src = CAPTURES / "s02_pika_confirms.pcap"
+    packets = [i for i, seg in variants.data_packets(src) if seg.dst[1] == 5672]
+    dst = tmp_path / "mid.pcap"
+    variants.cut_first(src, dst, packets[len(packets) // 2] - 1)
+    recs = jsonl(dst)
+    resyncs = [r for r in recs if r["kind"] == "resync"]
+    assert resyncs and all(set(r) >= BASE and r["reason"] == "stream start not captured" for r in resyncs)
+    c2s = next(r for r in resyncs if r["dir"] == "c2s")
+    after = [r for r in recs if r["kind"] == "frame" and r["dir"] == "c2s" and r["packet"] >= c2s["packet"]]
     assert after and all(r["resync"] for r in after)
 
 

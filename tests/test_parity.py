@@ -330,9 +330,11 @@ def _cut_point(name: str, inside_frame: bool, after: int) -> int:
 
 
 def _check_resyncs(events: list[Event], first_kept: dict[tuple[int, str], int], name: str) -> None:
-    """One resync per direction whose start was cut, skipping exactly the partial frame; every frame
-    of such a connection marked as decoded after a resync. Connections are matched by client endpoint
-    (the variant numbers its flows afresh)."""
+    """One resync per direction whose start was cut, skipping exactly the partial frame, and none for a
+    direction seen from its first byte (a server whose connection.start came after the cut: the
+    stream's start, SYN or not); every frame of a resynced direction marked as decoded after a
+    resync, no other. Connections are matched by client endpoint (the variant numbers its flows
+    afresh)."""
     lay, _ = located(name)
     client_of = {e.conn: e.client for e in events if isinstance(e, Connection)}
     resyncs = {(client_of[e.conn], e.dir): e.skipped for e in events if isinstance(e, Resync)}
@@ -343,10 +345,12 @@ def _check_resyncs(events: list[Event], first_kept: dict[tuple[int, str], int], 
         if kept and start > 0:
             midstream.add(client)
             assert resyncs.get((client, d)) == kept[0].start - start, (client, d)
+        elif kept:
+            assert (client, d) not in resyncs, (client, d)
     assert midstream, "the cut left no connection mid-stream"
     assert len(resyncs) == sum(1 for (client, _d) in resyncs if client in midstream)
     frames = [e for e in events if isinstance(e, Frame)]
-    assert all(f.resync == (client_of[f.conn] in midstream) for f in frames)
+    assert all(f.resync == ((client_of[f.conn], f.dir) in resyncs) for f in frames)
 
 
 @needs_captures

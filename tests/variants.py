@@ -158,24 +158,32 @@ def _rebuild(
     map_port: Callable[[int], int] = lambda p: p,
     wrap: Callable[[bytes], bytes] = lambda b: b,
     linktype: int | None = None,
+    trim: tuple[int, int] = (0, 0),
 ) -> int:
     recs = []
     for p in read_packets(src):
         seg = parse(p)
         if seg is None:
             continue
+        cut = trim[1] if p.index == trim[0] else 0
         frame = tcp_packet(
             (seg.src[0], map_port(seg.src[1])),
             (seg.dst[0], map_port(seg.dst[1])),
-            seg.seq,
+            (seg.seq + cut) & 0xFFFFFFFF,
             seg.ack,
             seg.flags,
-            seg.payload,
+            seg.payload[cut:],
             ipv6=ipv6,
             link=link,
         )
         recs.append((p.ts_ns, wrap(frame)))
     return write_pcap(dst, recs, LINKTYPES[link] if linktype is None else linktype)
+
+
+def trim_payload(src: PathT, dst: PathT, index: int, n: int) -> int:
+    """Rebuild with the first ``n`` payload bytes of packet ``index`` gone (its sequence number moved
+    on by ``n``): a capture whose stream starts inside a frame. Indices unchanged."""
+    return _rebuild(src, dst, trim=(index, n))
 
 
 def to_link(src: PathT, dst: PathT, link: str) -> int:

@@ -16,6 +16,7 @@ and the 0-9 codes) are listed here too, to keep the core's table codec and value
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -67,10 +68,26 @@ def _property(f: Field) -> list[str]:
     return [f.ident, "longstr" if f.type == "content" else f.type]
 
 
+def server_opener(spec: Spec) -> tuple[int, int] | None:
+    """(class, method) of the server's first method on a connection: the first ``S:`` step of the
+    first class's grammar (``open-connection = C:protocol-header S:START …`` in 0-9 and 0-9-1).
+    A capture that starts after the handshake sees the server's stream begin with it, or not at all."""
+    if not spec.classes or not spec.classes[0].grammar:
+        return None
+    step = re.search(r"\bS:([A-Za-z][A-Za-z-]*)", spec.classes[0].grammar)
+    first = spec.classes[0]
+    for m in first.methods:
+        if step and m.name.lower() == step.group(1).lower():
+            return (first.index, m.index)
+    return None
+
+
 def compile_tables(spec: Spec) -> dict[str, Any]:
+    opener = server_opener(spec)
     methods = [
         {"class": m.class_index, "method": m.index, "name": m.full_name, "content": m.content,
-         "sent_by": sorted(m.sent_by()), "reads": _reads(m.fields)}
+         "sent_by": sorted(m.sent_by()), "opens_stream": (m.class_index, m.index) == opener,
+         "reads": _reads(m.fields)}
         for m in spec.methods()
     ]
     classes = [{"class": c.index, "properties": [_property(f) for f in c.properties]} for c in spec.classes]

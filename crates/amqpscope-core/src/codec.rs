@@ -6,6 +6,7 @@
 //! past the end, which the caller then reports.
 
 use crate::fieldtable::{byte_at, bytes_at, clamped, table_body, u32_at, ReadError};
+use crate::frames::MethodInfo;
 use crate::limits::Limits;
 use crate::tables::{FixedKind, MethodSpec, PropKind, Property, Read, SpecTables};
 use crate::value::{Name, Table, Value};
@@ -421,6 +422,18 @@ fn trailing(end: usize, len: usize) -> Option<String> {
         std::cmp::Ordering::Equal => None,
         std::cmp::Ordering::Greater => Some("arguments run past the end of the frame".to_owned()),
         std::cmp::Ordering::Less => Some(format!("{} trailing bytes", len - end)),
+    }
+}
+
+impl MethodInfo for Codec {
+    fn known(&self, class_id: u16, method_id: u16) -> bool {
+        self.method_known(class_id, method_id)
+    }
+
+    fn opens_stream(&self, class_id: u16, method_id: u16) -> bool {
+        self.tables
+            .method(class_id, method_id)
+            .is_some_and(|m| m.opens_stream)
     }
 }
 

@@ -219,6 +219,19 @@ impl Event {
         }
     }
 
+    pub fn base_mut(&mut self) -> &mut Base {
+        match self {
+            Event::ProtocolHeader(e) => &mut e.base,
+            Event::Frame(e) => &mut e.base,
+            Event::Message(e) => &mut e.base,
+            Event::Gap(e) => &mut e.base,
+            Event::Resync(e) => &mut e.base,
+            Event::Malformed(e) => &mut e.base,
+            Event::Connection(e) => &mut e.base,
+            Event::Accounting(e) => &mut e.base,
+        }
+    }
+
     pub fn base(&self) -> &Base {
         match self {
             Event::ProtocolHeader(e) => &e.base,

@@ -12,6 +12,14 @@
 use crate::limits::Limits;
 use std::collections::VecDeque;
 
+/// What the frame walker asks of the spec while it judges where a stream starts.
+pub trait MethodInfo {
+    /// The spec defines (class, method).
+    fn known(&self, class_id: u16, method_id: u16) -> bool;
+    /// The server's side of a connection begins with it (connection.start in 0-9 and 0-9-1).
+    fn opens_stream(&self, class_id: u16, method_id: u16) -> bool;
+}
+
 /// What the frame walker finds in one direction's bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StreamItem {
@@ -212,6 +220,12 @@ fn is_amqp_0_9_x(version: &str) -> bool {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     Sync,
+    /// The capture begins after the stream's first byte: the first bytes are tried as its start
+    /// (a protocol header, or the method the server's side begins with) before scanning.
+    Start,
+    /// A gap fell exactly between two frames (whole packets lost): the byte after it is tried as
+    /// a frame boundary first, confirmed by the frames that follow.
+    AfterGap,
     Lost,
     Skip,
     Dead,
@@ -250,6 +264,8 @@ pub struct FrameStream {
     need: usize,
     /// The first candidate boundary that needs more data before it can be judged.
     pending_from: Option<usize>,
+    /// Bytes passed over since the stream was lost, over every call: what its resync reports.
+    lost_skipped: u64,
 }
 
 impl FrameStream {
@@ -263,7 +279,7 @@ impl FrameStream {
             pos: 0,
             base: 0,
             chunks: VecDeque::new(),
-            state: if at_start { State::Sync } else { State::Lost },
+            state: if at_start { State::Sync } else { State::Start },
             expect_header: at_start,
             skip_left: 0,
             resynced: !at_start,
@@ -275,6 +291,7 @@ impl FrameStream {
             end_of_older: 0,
             need: 0,
             pending_from: None,
+            lost_skipped: 0,
         }
     }
 
@@ -289,7 +306,7 @@ impl FrameStream {
         data: &[u8],
         packet: u64,
         ts_ns: i64,
-        known: &dyn Fn(u16, u16) -> bool,
+        known: &dyn MethodInfo,
         out: &mut Vec<StreamItem>,
     ) {
         let len = data.len() as u64;
@@ -313,7 +330,7 @@ impl FrameStream {
                 self.skip_left = 0;
                 self.state = State::Sync;
             }
-            State::Sync | State::Lost => {}
+            State::Sync | State::Start | State::AfterGap | State::Lost => {}
         }
         let newest = data.len();
         self.compact();
@@ -369,11 +386,7 @@ impl FrameStream {
     }
 
     /// Run the state machine over the buffered bytes; returns how many it consumed.
-    fn run_buffered(
-        &mut self,
-        known: &dyn Fn(u16, u16) -> bool,
-        out: &mut Vec<StreamItem>,
-    ) -> usize {
+    fn run_buffered(&mut self, known: &dyn MethodInfo, out: &mut Vec<StreamItem>) -> usize {
         let buf = std::mem::take(&mut self.buf);
         let consumed = self.run(&buf[self.pos..], 0, known, out);
         self.buf = buf;
@@ -414,6 +427,8 @@ impl FrameStream {
                     self.state = State::Sync;
                 }
             }
+        } else if self.state == State::Sync && buf.is_empty() && size > 0 {
+            self.state = State::AfterGap;
         } else if self.state != State::Dead {
             self.lose("gap");
         }
@@ -432,17 +447,27 @@ impl FrameStream {
     }
 
     /// End of the stream: a candidate seen to the very end is accepted; the rest is pending.
-    pub fn finish(&mut self, known: &dyn Fn(u16, u16) -> bool, out: &mut Vec<StreamItem>) {
+    pub fn finish(&mut self, known: &dyn MethodInfo, out: &mut Vec<StreamItem>) {
         self.need = 0;
         let buf = std::mem::take(&mut self.buf);
         let mut rest = buf.get(self.pos..).unwrap_or_default();
+        if matches!(self.state, State::Start | State::AfterGap) && !rest.is_empty() {
+            // seen to the very end: a start that frames to the end is the start
+            if self.try_start(rest, 0, true, known) == Some(true) {
+                self.end_of_older = rest.len();
+                let off = self.run(rest, 0, known, out);
+                rest = rest.get(off..).unwrap_or_default();
+            } else {
+                self.lose_start();
+            }
+        }
         if self.state == State::Lost && !rest.is_empty() {
             if let Some(start) = self.find_boundary(rest, 0, true, known) {
                 self.accounting.skipped_bytes += start as u64;
                 self.base += start as u64;
                 let (packet, ts_ns) = self.where_(self.base);
                 out.push(StreamItem::Resync {
-                    skipped: start as u64,
+                    skipped: self.lost_skipped + start as u64,
                     reason: self.lost_reason.clone(),
                     packet,
                     ts_ns,
@@ -462,7 +487,7 @@ impl FrameStream {
         &mut self,
         buf: &[u8],
         mut off: usize,
-        known: &dyn Fn(u16, u16) -> bool,
+        known: &dyn MethodInfo,
         out: &mut Vec<StreamItem>,
     ) -> usize {
         loop {
@@ -502,6 +527,11 @@ impl FrameStream {
                         return off;
                     }
                 }
+                State::Start | State::AfterGap => match self.try_start(buf, off, false, known) {
+                    None => return off, // not enough bytes to tell yet: keep them all
+                    Some(true) => {}
+                    Some(false) => self.lose_start(),
+                },
                 State::Lost => {
                     let Some(start) = self.find_boundary(buf, off, false, known) else {
                         // keep a tail that may hold the start of a pending candidate
@@ -509,12 +539,13 @@ impl FrameStream {
                             .pending_from
                             .unwrap_or_else(|| off.max(buf.len().saturating_sub(7)));
                         self.accounting.skipped_bytes += (keep - off) as u64;
+                        self.lost_skipped += (keep - off) as u64;
                         return keep;
                     };
                     self.accounting.skipped_bytes += (start - off) as u64;
                     let (packet, ts_ns) = self.where_(self.base + start as u64);
                     out.push(StreamItem::Resync {
-                        skipped: (start - off) as u64,
+                        skipped: self.lost_skipped + (start - off) as u64,
                         reason: self.lost_reason.clone(),
                         packet,
                         ts_ns,
@@ -588,7 +619,54 @@ impl FrameStream {
         off
     }
 
+    /// Some(true): the bytes at `off` start the stream (the state is then Sync, nothing skipped,
+    /// nothing marked resynced); Some(false): they do not; None: cannot tell yet.
+    fn try_start(
+        &mut self,
+        buf: &[u8],
+        off: usize,
+        final_: bool,
+        known: &dyn MethodInfo,
+    ) -> Option<bool> {
+        let confirmed = match self.state {
+            State::Start => match protocol_header(buf, off) {
+                ProtoHeader::NeedMore if !final_ => return None,
+                ProtoHeader::Version(_) => {
+                    self.expect_header = true; // the Sync branch takes it as at a stream start
+                    true
+                }
+                _ => {
+                    opens_stream(buf, off, known)
+                        && self.chain(buf, off, final_, self.limits.max_frame, known)?
+                }
+            },
+            State::AfterGap => self.chain(buf, off, final_, self.limits.max_frame, known)?,
+            _ => false,
+        };
+        if confirmed {
+            if self.state == State::Start {
+                self.resynced = false; // nothing before it was missed after all
+                self.lost_reason.clear();
+            }
+            self.state = State::Sync;
+            self.synced_once = true;
+        }
+        Some(confirmed)
+    }
+
+    /// The first bytes were not the stream's start, or the byte after a gap not a boundary:
+    /// lost, as before the stream was tried there.
+    fn lose_start(&mut self) {
+        let reason = if self.state == State::Start {
+            "stream start not captured"
+        } else {
+            "gap"
+        };
+        self.lose(reason);
+    }
+
     fn lose(&mut self, reason: &str) {
+        self.lost_skipped = 0;
         self.state = State::Lost;
         self.resynced = true;
         reason.clone_into(&mut self.lost_reason);
@@ -602,7 +680,7 @@ impl FrameStream {
         buf: &[u8],
         off: usize,
         final_: bool,
-        known: &dyn Fn(u16, u16) -> bool,
+        known: &dyn MethodInfo,
     ) -> Option<usize> {
         self.pending_from = None;
         let mut i = off;
@@ -611,7 +689,8 @@ impl FrameStream {
                 buf[i],
                 FRAME_METHOD | FRAME_HEADER | FRAME_BODY | FRAME_HEARTBEAT
             ) {
-                match self.chain(buf, i, final_, known) {
+                let max = self.limits.max_frame.min(self.limits.max_candidate);
+                match self.chain(buf, i, final_, max, known) {
                     Some(true) => return Some(i),
                     None => {
                         self.pending_from = Some(i);
@@ -631,9 +710,9 @@ impl FrameStream {
         buf: &[u8],
         mut i: usize,
         final_: bool,
-        known: &dyn Fn(u16, u16) -> bool,
+        max: u32,
+        known: &dyn MethodInfo,
     ) -> Option<bool> {
-        let max = self.limits.max_frame.min(self.limits.max_candidate);
         let mut count = 0;
         while count < self.limits.confirm_frames {
             match decode_frame(buf, i, max.into()) {
@@ -669,10 +748,22 @@ impl FrameStream {
     }
 }
 
-fn plausible(ftype: u8, channel: u16, p: &[u8], known: &dyn Fn(u16, u16) -> bool) -> bool {
+/// A method frame at `off` whose method begins the server's side of a connection.
+fn opens_stream(buf: &[u8], off: usize, known: &dyn MethodInfo) -> bool {
+    match (header_at(buf, off), buf.get(off + 7..off + 11)) {
+        (Some((FRAME_METHOD, 0, _)), Some(&[a, b, c, d])) => {
+            known.opens_stream(u16::from_be_bytes([a, b]), u16::from_be_bytes([c, d]))
+        }
+        _ => false,
+    }
+}
+
+fn plausible(ftype: u8, channel: u16, p: &[u8], known: &dyn MethodInfo) -> bool {
     match ftype {
         FRAME_METHOD => match p {
-            [a, b, c, d, ..] => known(u16::from_be_bytes([*a, *b]), u16::from_be_bytes([*c, *d])),
+            [a, b, c, d, ..] => {
+                known.known(u16::from_be_bytes([*a, *b]), u16::from_be_bytes([*c, *d]))
+            }
             _ => false,
         },
         FRAME_HEADER => p.len() >= 14 && p[2] == 0 && p[3] == 0 && channel != 0,
@@ -695,9 +786,21 @@ mod tests {
         v
     }
 
-    fn known(c: u16, m: u16) -> bool {
-        (c, m) == (60, 40)
+    /// basic.publish and connection.start, the latter opening the server's stream.
+    struct Methods;
+
+    impl MethodInfo for Methods {
+        fn known(&self, c: u16, m: u16) -> bool {
+            matches!((c, m), (60, 40) | (10, 10))
+        }
+
+        fn opens_stream(&self, c: u16, m: u16) -> bool {
+            (c, m) == (10, 10)
+        }
     }
+
+    #[allow(non_upper_case_globals)]
+    const known: Methods = Methods;
 
     fn feed(s: &mut FrameStream, data: &[u8], packet: u64) -> Vec<StreamItem> {
         let mut out = Vec::new();
@@ -778,7 +881,8 @@ mod tests {
             ["malformed", "resync", "frame", "frame", "frame"]
         );
         assert!(
-            matches!(&out[1], StreamItem::Resync { skipped, reason, .. } if *skipped == 17 && reason == "frame-end octet is 0x00, not 0xce")
+            // every byte passed over since the loss: the bad frame (12) and the garbage (7)
+            matches!(&out[1], StreamItem::Resync { skipped, reason, .. } if *skipped == 19 && reason == "frame-end octet is 0x00, not 0xce")
         );
         assert!(matches!(&out[2], StreamItem::Frame { resync: true, .. }));
     }
@@ -836,7 +940,115 @@ mod tests {
         s.finish(&known, &mut out);
         assert_eq!(kinds(&out), ["resync", "frame"]);
         assert!(
+            matches!(&out[0], StreamItem::Resync { skipped: 5, reason, .. } if reason == "stream start not captured")
+        );
+    }
+
+    fn frames_of(items: &[StreamItem]) -> Vec<(u8, bool)> {
+        items
+            .iter()
+            .filter_map(|i| match i {
+                StreamItem::Frame { ftype, resync, .. } => Some((*ftype, *resync)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn publish() -> Vec<u8> {
+        frame(FRAME_METHOD, 1, &[0, 60, 0, 40, 0, 0, 0, 0, 0])
+    }
+
+    #[test]
+    fn a_protocol_header_first_is_the_stream_start_without_a_syn() {
+        let mut s = FrameStream::new(false, &Limits::default());
+        assert!(
+            feed(&mut s, b"AMQP\x00\x00", 1).is_empty(),
+            "waits for the whole header"
+        );
+        let mut data = b"\x09\x01".to_vec();
+        data.extend(publish());
+        let out = feed(&mut s, &data, 2);
+        assert_eq!(kinds(&out), ["header", "frame"]);
+        assert_eq!(frames_of(&out), [(FRAME_METHOD, false)]);
+        assert_eq!(s.version.as_deref(), Some("0-9-1"));
+        assert_eq!(s.accounting.skipped_bytes, 0);
+    }
+
+    #[test]
+    fn connection_start_first_is_the_servers_stream_start() {
+        let start = frame(FRAME_METHOD, 0, &[0, 10, 0, 10, 0, 9]);
+        let heartbeat = frame(FRAME_HEARTBEAT, 0, &[]);
+        let mut s = FrameStream::new(false, &Limits::default());
+        assert!(
+            feed(&mut s, &start, 1).is_empty(),
+            "confirmed by the frames that follow"
+        );
+        let out = feed(&mut s, &[heartbeat.clone(), heartbeat].concat(), 2);
+        assert_eq!(kinds(&out), ["frame", "frame", "frame"]);
+        assert!(frames_of(&out).iter().all(|(_, resync)| !resync));
+        // the same frame at the very end of a capture is taken as it is
+        let mut s = FrameStream::new(false, &Limits::default());
+        assert!(feed(&mut s, &start, 1).is_empty());
+        let mut out = Vec::new();
+        s.finish(&known, &mut out);
+        assert_eq!(kinds(&out), ["frame"]);
+    }
+
+    #[test]
+    fn a_start_mid_conversation_is_still_a_resync() {
+        let mut s = FrameStream::new(false, &Limits::default());
+        let out = feed(&mut s, &[publish(), publish(), publish()].concat(), 1);
+        assert_eq!(kinds(&out), ["resync", "frame", "frame", "frame"]);
+        assert!(
             matches!(&out[0], StreamItem::Resync { skipped: 0, reason, .. } if reason == "stream start not captured")
+        );
+        assert!(frames_of(&out).iter().all(|(_, resync)| *resync));
+    }
+
+    #[test]
+    fn whole_packets_lost_keep_the_frames_after_the_gap() {
+        let limits = Limits {
+            max_candidate: 1000,
+            ..Limits::default()
+        };
+        let mut s = FrameStream::new(true, &limits);
+        feed(&mut s, &publish(), 1);
+        let mut out = Vec::new();
+        s.gap(100, 2, 20, &mut out);
+        assert!(matches!(
+            &out[..],
+            [StreamItem::Gap {
+                lost_frame: None,
+                ..
+            }]
+        ));
+        // a body larger than a scan would wait for, right after the gap
+        let body = frame(FRAME_BODY, 1, &[7; 5000]);
+        let out = feed(&mut s, &[body, publish(), publish()].concat(), 3);
+        assert_eq!(kinds(&out), ["frame", "frame", "frame"]);
+        assert_eq!(
+            frames_of(&out),
+            [
+                (FRAME_BODY, false),
+                (FRAME_METHOD, false),
+                (FRAME_METHOD, false)
+            ]
+        );
+        assert_eq!(s.accounting.skipped_bytes, 0);
+    }
+
+    #[test]
+    fn a_gap_that_was_not_at_a_boundary_resyncs_as_before() {
+        let mut s = FrameStream::new(true, &Limits::default());
+        feed(&mut s, &publish(), 1);
+        let mut out = Vec::new();
+        s.gap(100, 2, 20, &mut out);
+        let mut data = vec![0xAA; 5]; // the tail of a frame whose start was lost
+        data.extend([publish(), publish(), publish()].concat());
+        let out = feed(&mut s, &data, 3);
+        assert_eq!(kinds(&out), ["resync", "frame", "frame", "frame"]);
+        assert!(
+            matches!(&out[0], StreamItem::Resync { skipped: 5, reason, .. } if reason == "gap")
         );
     }
 }

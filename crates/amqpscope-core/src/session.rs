@@ -79,7 +79,6 @@ struct Content {
 #[derive(Default)]
 struct Info {
     server_properties: Option<Value>,
-    version: Option<String>,
     client_properties: Option<Value>,
     mechanism: Option<String>,
     user: Option<String>,
@@ -316,8 +315,23 @@ impl Conn {
         self.senders.iter().position(|s| *s == src)
     }
 
+    /// The one place the direction changes: everything labelled with the old one so far (events
+    /// held until the flow was known to be AMQP, messages being assembled, a close already seen)
+    /// is relabelled with it.
     fn swap(&mut self) {
         std::mem::swap(&mut self.client, &mut self.server);
+        for ev in &mut self.pending {
+            let base = ev.base_mut();
+            base.dir = base.dir.map(Dir::other);
+        }
+        self.contents = self
+            .contents
+            .drain()
+            .map(|((d, ch), c)| ((d.other(), ch), c))
+            .collect();
+        if let Some((_, _, d)) = self.info.close.as_mut() {
+            *d = d.other();
+        }
     }
 
     fn add_accounting(&self, total: &mut StreamAccounting) {
@@ -344,13 +358,7 @@ impl Conn {
         }
         let mut items = Vec::new();
         let codec = ctx.codec;
-        self.streams[i].feed(
-            data,
-            packet,
-            ts_ns,
-            &|c, m| codec.method_known(c, m),
-            &mut items,
-        );
+        self.streams[i].feed(data, packet, ts_ns, codec, &mut items);
         if self.amqp.is_none() {
             self.detect(ctx, src, i, &items);
         }
@@ -383,7 +391,7 @@ impl Conn {
         let codec = ctx.codec;
         for i in 0..2 {
             let mut items = Vec::new();
-            self.streams[i].finish(&|c, m| codec.method_known(c, m), &mut items);
+            self.streams[i].finish(codec, &mut items);
             let src = self.senders[i];
             self.emit(ctx, src, items, &mut tail);
         }
@@ -763,14 +771,9 @@ impl Conn {
         let info = &mut self.info;
         let arg = |args: &Table, k: &str| get(args, k).cloned();
         match name {
-            "connection.start" => {
-                info.server_properties = arg(&args, "server_properties");
-                info.version = Some(format!(
-                    "{}-{}",
-                    py_str(get(&args, "version_major")),
-                    py_str(get(&args, "version_minor"))
-                ));
-            }
+            // version-major/minor are 0 and 9 in both 0-9 and 0-9-1: only the protocol header
+            // tells them apart, so the version is never taken from here
+            "connection.start" => info.server_properties = arg(&args, "server_properties"),
             "connection.start-ok" => {
                 info.client_properties = arg(&args, "client_properties");
                 info.mechanism = get(&args, "mechanism")
@@ -871,7 +874,7 @@ impl Conn {
             client: self.client.to_string(),
             server: self.server.to_string(),
             syn_seen: self.syn_seen,
-            version: self.version.clone().or_else(|| info.version.clone()),
+            version: self.version.clone(),
             ended: Some(ended.to_string()),
             frame_max: int(&info.frame_max),
             channel_max: int(&info.channel_max),

@@ -78,6 +78,8 @@ pub struct MethodSpec {
     /// Who may send it (the spec's chassis): tells a mid-stream flow's direction.
     pub sent_by_client: bool,
     pub sent_by_server: bool,
+    /// The server's side of a connection begins with it (the connection grammar's first `S:` step).
+    pub opens_stream: bool,
     pub reads: Vec<Read>,
     /// Distinct argument names (the size of the args table).
     pub slots: usize,
@@ -240,6 +242,10 @@ fn parse_method(m: &Json) -> Result<MethodSpec, String> {
         content: m.get("content").and_then(Json::as_bool).unwrap_or(false),
         sent_by_client: sent_by(m, "client"),
         sent_by_server: sent_by(m, "server"),
+        opens_stream: m
+            .get("opens_stream")
+            .and_then(Json::as_bool)
+            .unwrap_or(false),
         reads,
         slots: slots.0.len(),
     })
