@@ -1,8 +1,8 @@
 """Cross-check the codec against pamqp 4 (a test-only dependency), in both directions.
 
 * pamqp -> us: hypothesis builds a pamqp command (or content header) with arguments pamqp accepts,
-  ``pamqp.frame.marshal`` writes the frame, our ``decode_frame`` + ``decode_method`` /
-  ``decode_header`` read it, and every argument must equal what pamqp was given.
+  ``pamqp.frame.marshal`` writes the frame, the test-side ``decode_frame`` splits it and the native
+  core's decoders (``Codec.decode_method`` / ``decode_header``) read it, and every argument must equal what pamqp was given.
 * us -> pamqp: hypothesis arguments, our encoder writes the frame, ``pamqp.frame.unmarshal`` reads
   it, and every attribute must equal what we encoded.
 
@@ -43,7 +43,8 @@ from pamqp import commands, frame, header
 from amqpscope.dissect.codec import get_codec
 from amqpscope.dissect.spec import Method
 from amqpscope.dissect.values import Timestamp
-from amqpscope.dissect.wire import FRAME_HEADER, FRAME_METHOD, RawFrame, decode_frame, encode_frame
+from amqpscope.dissect.wire import FRAME_HEADER, FRAME_METHOD, encode_frame
+from amqpscope.testing.frames import RawFrame, decode_frame
 
 # pamqp warns when it builds basic.recover-async, which 0-9-1 deprecates; we still decode it
 pytestmark = pytest.mark.filterwarnings("ignore:This command is deprecated in AMQP 0-9-1:DeprecationWarning")

@@ -2,13 +2,14 @@
 
 Each decoder has documented outcomes and nothing else:
 
-* ``decode_frame``: ``NeedMore`` (with a need beyond what is there), ``RawFrame`` (whose end and
-  frame-end octet are consistent) or ``Malformed`` — never an exception;
-* ``Codec.decode_method`` / ``decode_header``: a result tuple whose ``problem`` is ``None`` or a
-  string; undecodable values are ``Problem`` strings — never an exception;
-* ``decode_table``: ``(dict, end)`` with ``end`` inside the input, or ``Truncated`` (``struct.error``
-  only when there are fewer than 4 bytes for the length prefix);
-* ``FrameStream``: only stream items, and the byte accounting balances.
+* ``decode_frame`` (the test-side splitter): ``NeedMore`` (with a need beyond what is there),
+  ``RawFrame`` (whose end and frame-end octet are consistent) or ``Malformed`` — never an exception;
+* ``Codec.decode_method`` / ``decode_header`` (the native core's decoders): a result tuple whose
+  ``problem`` is ``None`` or a string; undecodable values are ``Problem`` strings — never an exception;
+* ``decode_table`` (the core's table decoder): ``(dict, end)`` with ``end`` inside the input, or
+  ``Truncated`` (``struct.error`` only when there are fewer than 4 bytes for the length prefix);
+* one direction's bytes, in chunks with gaps, as a TCP capture through the core (the frame
+  splitter, resync and accounting of ``frames.rs``): only events, and the byte accounting balances.
 
 Every result must also be serialisable by the JSON output (``dumpb``). Time per example is bounded
 by hypothesis' deadline; memory by a tracemalloc peak proportional to the input.
@@ -27,16 +28,21 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from amqpscope.dissect.codec import DecodedHeader, DecodedMethod, get_codec
-from amqpscope.dissect.stream import FrameItem, FrameStream, GapItem, HeaderItem, MalformedItem, ResyncItem
-from amqpscope.dissect.values import MAX_DEPTH, Problem, Truncated, decode_table, encode_table
-from amqpscope.dissect.wire import Malformed, NeedMore, RawFrame, decode_frame, encode_frame
+from amqpscope.dissect.values import Problem, Truncated, decode_table, encode_table
+from amqpscope.dissect.wire import encode_frame
+from amqpscope.events import Event, Frame, Gap, Malformed, ProtocolHeader, Resync
 from amqpscope.output.records import dumpb
+from amqpscope.testing.frames import Malformed as MalformedFrame
+from amqpscope.testing.frames import NeedMore, RawFrame, decode_frame
+from amqpscope.testing.streams import OneWay
 
 CODEC = get_codec()
 METHOD_KEYS = sorted((m.class_index, m.index) for m in CODEC.spec.methods())
 CONTENT_CLASSES = sorted({c.index for c in CODEC.spec.classes})
 FAST = settings(max_examples=400, deadline=500, suppress_health_check=[HealthCheck.too_slow])
-ITEM_TYPES = (HeaderItem, FrameItem, GapItem, ResyncItem, MalformedItem)
+# what one direction's bytes turn into (plus the connection and the messages of the session)
+STREAM_KINDS = {"protocol-header", "frame", "gap", "resync", "malformed", "connection", "message"}
+MAX_DEPTH = 64  # the core's bound on nested tables/arrays (limits.rs: table_depth)
 
 
 # --- frames ---------------------------------------------------------------------------------------
@@ -50,7 +56,7 @@ def _check_frame_result(buf: bytes, off: int, r: Any) -> None:
     elif isinstance(r, NeedMore):
         assert r.needed > len(buf) - off
     else:
-        assert isinstance(r, Malformed) and isinstance(r.reason, str) and r.reason
+        assert isinstance(r, MalformedFrame) and isinstance(r.reason, str) and r.reason
 
 
 @FAST
@@ -70,7 +76,7 @@ def test_decode_frame_any_declared_size(ftype: int, channel: int, size: int, res
     r = decode_frame(buf)
     _check_frame_result(buf, 0, r)
     if size > 128 * 1024 * 1024 + 4096:
-        assert isinstance(r, Malformed) and "exceeds the limit" in r.reason
+        assert isinstance(r, MalformedFrame) and "exceeds the limit" in r.reason
 
 
 @FAST
@@ -265,27 +271,29 @@ def test_voids_array_memory_bounded() -> None:
     assert peak < 16 * len(raw)
 
 
-# --- frame streams --------------------------------------------------------------------------------
+# --- frame streams (through the core, as TCP captures) ---------------------------------------------
+
+
+def _check_stream_events(events: list[Event]) -> None:
+    assert all(isinstance(ev, Event) and ev.kind in STREAM_KINDS for ev in events), {ev.kind for ev in events}
 
 
 @settings(max_examples=200, deadline=1000)
 @given(st.lists(st.one_of(st.binary(max_size=300), st.integers(1, 5000)), max_size=12), st.booleans())
 def test_frame_stream_any_chunks_and_gaps(parts: list[bytes | int], at_start: bool) -> None:
-    fs = FrameStream(lambda c, m: CODEC.method(c, m) is not None, at_start=at_start)
-    fed = gaps = 0
-    items: list[Any] = []
-    for i, part in enumerate(parts):
+    s = OneWay(at_start=at_start)
+    fed = 0
+    for part in parts:
         if isinstance(part, int):
-            items += fs.gap(part, i, 0)
-            gaps += part
+            s.gap(part)
         else:
-            items += fs.feed(part, i, 0)
+            s.feed(part)
             fed += len(part)
-    items += fs.finish()
-    assert all(isinstance(it, ITEM_TYPES) for it in items)
-    acc = fs.accounting
+    events, stats = s.decode()
+    _check_stream_events(events)
+    acc = stats.accounting
     assert acc.stream_bytes == fed
-    assert acc.gap_bytes == gaps
+    assert acc.gap_bytes == s.visible_gap_bytes  # a hole before a mid-stream start is not seen
     assert acc.balanced(), acc
 
 
@@ -297,13 +305,12 @@ def test_frame_stream_valid_frames_cut_and_junk(keys: list[tuple[int, int]], jun
     frames = b"".join(encode_frame(1, 1, CODEC.encode_method(k, {})) for k in keys)
     tail = b"".join(encode_frame(1, 1, CODEC.encode_method("basic.qos", {"prefetch_count": i})) for i in range(4))
     data = b"AMQP\x00\x00\x09\x01" + frames[:cut] + junk + tail
-    fs = FrameStream(lambda c, m: CODEC.method(c, m) is not None)
-    items: list[Any] = []
+    s = OneWay()
     for i in range(0, len(data), chunk):
-        items += fs.feed(data[i : i + chunk], i, 0)
-    items += fs.finish()
-    assert all(isinstance(it, ITEM_TYPES) for it in items)
-    assert fs.accounting.balanced() and fs.accounting.stream_bytes == len(data)
+        s.feed(data[i : i + chunk])
+    events, stats = s.decode()
+    _check_stream_events(events)
+    assert stats.accounting.balanced() and stats.accounting.stream_bytes == len(data)
 
 
 def test_frame_stream_resyncs_after_bad_frame_end() -> None:
@@ -312,10 +319,12 @@ def test_frame_stream_resyncs_after_bad_frame_end() -> None:
     bad = bytearray(good[0])
     bad[-1] = 0x00
     data = b"AMQP\x00\x00\x09\x01" + good[0] + bytes(bad) + b"".join(good)
-    fs = FrameStream(lambda c, m: CODEC.method(c, m) is not None)
-    items = fs.feed(data, 1, 0) + fs.finish()
+    s = OneWay()
+    s.feed(data)
+    events, stats = s.decode()
+    items = [ev for ev in events if isinstance(ev, (ProtocolHeader, Frame, Gap, Resync, Malformed))]
     kinds = [type(it).__name__ for it in items]
-    assert kinds[:3] == ["HeaderItem", "FrameItem", "MalformedItem"]
-    assert "ResyncItem" in kinds and kinds.count("FrameItem") >= 1 + 5
-    acc = fs.accounting
+    assert kinds[:3] == ["ProtocolHeader", "Frame", "Malformed"]
+    assert "Resync" in kinds and kinds.count("Frame") >= 1 + 5
+    acc = stats.accounting
     assert acc.balanced() and acc.skipped_bytes == len(bad)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import io
 import random
 import sys
 import time
@@ -17,13 +18,17 @@ from typing import Any
 import pytest
 from conftest import CAPTURES
 
+from amqpscope.capture import TruncatedCapture, read_packets
 from amqpscope.dissect.codec import get_codec
-from amqpscope.dissect.stream import FrameItem, FrameStream, MalformedItem, ResyncItem
 from amqpscope.dissect.wire import encode_frame
+from amqpscope.events import Event, Frame, Gap, Malformed, ProtocolHeader, Resync
+from amqpscope.pipeline import Options, RunStats, decode_packets, decode_source
+from amqpscope.testing.streams import OneWay
 
 CODEC = get_codec()
 HEADER = b"AMQP\x00\x00\x09\x01"
 ROOT = Path(__file__).resolve().parents[1]
+STREAM_EVENTS = (ProtocolHeader, Frame, Gap, Resync, Malformed)  # what one direction's bytes become
 
 
 def _fuzz_module() -> Any:
@@ -37,8 +42,10 @@ def _fuzz_module() -> Any:
     return module
 
 
-def _stream() -> FrameStream:
-    return FrameStream(lambda c, m: CODEC.method(c, m) is not None)
+def _stream_events(stream: OneWay) -> tuple[list[Event], RunStats]:
+    """The stream items among the core's events (no connection or message events), and its counters."""
+    events, stats = stream.decode(CODEC)
+    return [ev for ev in events if isinstance(ev, STREAM_EVENTS)], stats
 
 
 def _qos(n: int) -> bytes:
@@ -46,17 +53,21 @@ def _qos(n: int) -> bytes:
 
 
 def _feed_frame(size: int, packet: int = 1460) -> float:
-    fs = _stream()
+    s = OneWay()
     data = HEADER + encode_frame(3, 1, b"x" * size)
-    t0 = time.perf_counter()
-    items = []
     for i in range(0, len(data), packet):
-        items += fs.feed(data[i : i + packet], i // packet + 1, 0)
+        last = s.feed(data[i : i + packet])
+    packets = s.packets()
+    stats = RunStats()
+    t0 = time.perf_counter()
+    events = list(decode_packets(packets, CODEC, Options(), stats))
     took = time.perf_counter() - t0
-    frames = [it for it in items if isinstance(it, FrameItem)]
-    assert len(frames) == 1 and len(frames[0].payload) == size
-    assert frames[0].packet == (len(data) - 1) // packet + 1  # the packet holding the frame-end octet
-    assert fs.accounting.balanced() and fs.accounting.frame_bytes == size + 8
+    frames = [ev for ev in events if isinstance(ev, Frame)]
+    assert len(frames) == 1 and frames[0].size == size
+    assert frames[0].payload is not None and len(frames[0].payload) == size
+    assert frames[0].packet == last  # the packet holding the frame-end octet
+    assert last == 3 + (len(data) - 1) // packet + 1  # (after the SYN handshake)
+    assert stats.accounting.balanced() and stats.accounting.frame_bytes == size + 8
     return took
 
 
@@ -64,59 +75,97 @@ def test_large_frame_in_small_packets_is_linear() -> None:
     """Found by the hostile-input tests (dissect/stream.py, FrameStream.feed): the buffer was joined
     with every new packet, so one frame of N bytes in packets of P bytes cost O(N²/P) copying —
     an 8 MiB frame in 1460-byte packets took 4.2 s, a 128 MiB one (legal for RabbitMQ) ~20 min.
-    Fixed by holding packets unjoined until the incomplete frame can be complete."""
+    Fixed by holding packets unjoined until the incomplete frame can be complete. Now the core's
+    frame splitter (frames.rs), timed over the whole packet path."""
     small = min(_feed_frame(1 << 20) for _ in range(2))
     big = _feed_frame(8 << 20)
     assert big < 2.0  # was 4.2 s before the fix on the same machine
     assert big < 8 * small * 3 + 0.2  # linear with slack for a loaded machine, not 64× for 8× the size
 
 
+def _oversized_header_alone() -> tuple[list[Event], RunStats, int, int]:
+    s = OneWay()
+    first = s.feed(b"\x01\x00\x00\xff\x00\x00\xfb")  # declares 4278190331 bytes
+    second = s.feed(b"\x00" * 5 + _qos(5))
+    items, stats = _stream_events(s)
+    return items, stats, first, second
+
+
 def test_oversized_frame_header_cut_at_seven_bytes_is_not_waited_for() -> None:
     """Found by differential fuzzing of the fix above: a 7-byte frame header whose declared size is
     over the limit arrives alone; it must not make the stream hold data back waiting for 4 GB.
-    The next packet shows it malformed and the following frames are found again (resync)."""
-    fs = _stream()
-    items = fs.feed(b"\x01\x00\x00\xff\x00\x00\xfb", 1, 0)  # declares 4278190331 bytes
-    assert items == []
-    items = fs.feed(b"\x00" * 5 + _qos(5), 2, 0)
-    items += fs.finish()
+    It is malformed and the following frames are found again (resync)."""
+    items, stats, _, second = _oversized_header_alone()
     kinds = [type(it) for it in items]
-    assert kinds[0] is MalformedItem and "exceeds the limit" in items[0].reason  # type: ignore[union-attr]
-    assert ResyncItem in kinds and kinds.count(FrameItem) == 5
-    acc = fs.accounting
+    assert kinds[0] is Malformed and "exceeds the limit" in items[0].reason  # type: ignore[attr-defined]
+    assert Resync in kinds and kinds.count(Frame) == 5
+    assert all(it.packet == second for it in items[1:])  # nothing held back
+    acc = stats.accounting
     assert acc.balanced() and acc.pending_bytes == 0
+
+
+@pytest.mark.xfail(strict=True, reason="the core reports the malformed header at the packet of its 7 bytes, "
+                                       "the Python FrameStream reported it with the next packet")  # fmt: skip
+def test_oversized_frame_header_cut_at_seven_bytes_is_reported_with_the_next_packet() -> None:
+    """What the Python FrameStream did with the input above: nothing for the 7 bytes alone
+    (``fs.feed(...) == []``), the malformed item with the next packet."""
+    items, _, first, second = _oversized_header_alone()
+    assert not [it for it in items if it.packet == first]
+    assert items[0].packet == second
 
 
 def test_frames_found_after_a_bad_large_frame_keep_their_packet() -> None:
     """Found by differential fuzzing of the fix above (seed 438 of a stream comparison): frames
     found by a resync inside data that had been held back were attributed to the newest packet
     instead of the packet their last byte arrived in."""
-    fs = _stream()
-    items = fs.feed(HEADER + b"\x01\x00\x01\x00\x00\x01\x2c", 1, 10)  # a method frame of 300 bytes
-    items += fs.feed(_qos(4), 2, 20)  # actually the real frames follow: the 300 never come
-    items += fs.feed(b"\x00" * 400, 3, 30)
-    items += fs.finish()
-    frames = [it for it in items if isinstance(it, FrameItem)]
+    s = OneWay(start_ns=1_000_000_000)
+    s.feed(HEADER + b"\x01\x00\x01\x00\x00\x01\x2c", ts_ns=10_000_000_000)  # a method frame of 300 bytes
+    second = s.feed(_qos(4), ts_ns=20_000_000_000)  # actually the real frames follow: the 300 never come
+    s.feed(b"\x00" * 400, ts_ns=30_000_000_000)
+    items, stats = _stream_events(s)
+    frames = [it for it in items if isinstance(it, Frame)]
     assert len(frames) == 4
-    assert {(f.packet, f.ts_ns) for f in frames} == {(2, 20)}
-    assert fs.accounting.balanced()
+    assert {(f.packet, f.ts) for f in frames} == {(second, 20.0)}
+    assert stats.accounting.balanced()
 
 
 def test_gap_inside_held_back_frame_skips_to_the_next_frame() -> None:
     """The held-back data is joined before a gap is handled: the lost frame's declared size still
     says where the next frame starts (skip, no resync needed)."""
-    fs = _stream()
+    s = OneWay()
     body = encode_frame(3, 1, b"y" * 5000)
-    items = fs.feed(HEADER + body[:1000], 1, 0)
-    items += fs.feed(body[1000:2000], 2, 0)
-    items += fs.gap(1500, 3, 0)  # bytes 2000..3500 of the body frame are missing
-    items += fs.feed(body[3500:] + _qos(2), 4, 0)
-    items += fs.finish()
+    s.feed(HEADER + body[:1000])
+    s.feed(body[1000:2000])
+    s.gap(1500)  # bytes 2000..3500 of the body frame are missing
+    s.feed(body[3500:] + _qos(2))
+    items, stats = _stream_events(s)
     names = [type(it).__name__ for it in items]
-    assert names == ["HeaderItem", "GapItem", "FrameItem", "FrameItem"]
-    assert items[1].lost_frame == "body frame on channel 1, 5000 bytes"  # type: ignore[union-attr]
-    acc = fs.accounting
+    assert names == ["ProtocolHeader", "Gap", "Frame", "Frame"]
+    assert items[1].lost_frame == "body frame on channel 1, 5000 bytes"  # type: ignore[attr-defined]
+    acc = stats.accounting
     assert acc.balanced() and acc.gap_bytes == 1500
+
+
+@pytest.mark.xfail(strict=True, reason="pipeline._engine_batches: the batch being read when read_packets raises is "
+                                       "never fed, and the engine's finish() events are not yielded before the error")  # fmt: skip
+def test_truncated_capture_through_decode_packets_keeps_the_events_before_the_error() -> None:
+    """Found by the ``paths`` target of tools/fuzz.py (every one of its differences, e.g. seed 10):
+    a truncated or corrupt capture read by ``read_packets`` and decoded by ``decode_packets``
+    gives no events at all, while ``decode_source`` gives every event before the error. The
+    Python pipeline decoded every packet before the error, flushed, then raised (the
+    ``_decode`` of the pipeline before the native core); the native pipeline's comment says the same."""
+    data = (ROOT / "samples" / "confirms.pcap").read_bytes()[:-10]  # the last record cut short
+
+    def events(whole_file: bool) -> list[str]:
+        got: list[str] = []
+        source = decode_source(io.BytesIO(data)) if whole_file else decode_packets(read_packets(io.BytesIO(data)))
+        with pytest.raises(TruncatedCapture):
+            got += (ev.kind for ev in source)
+        return got
+
+    whole = events(True)
+    assert len(whole) > 200
+    assert events(False) == whole
 
 
 def test_cli_seed_1004485_rich_tree_is_fast(tmp_path: Path) -> None:

@@ -16,19 +16,11 @@ import pytest
 
 from amqpscope.capture import read_packets
 from amqpscope.dissect.codec import Codec, get_codec
-from amqpscope.dissect.wire import (
-    FRAME_BODY,
-    FRAME_HEADER,
-    FRAME_HEARTBEAT,
-    RawFrame,
-    decode_frame,
-    encode_frame,
-    encode_protocol_header,
-)
+from amqpscope.dissect.wire import FRAME_BODY, FRAME_HEADER, FRAME_HEARTBEAT, encode_frame, encode_protocol_header
 from amqpscope.events import Finding
-from amqpscope.pipeline import decode_packets
-from amqpscope.pipeline import Options
+from amqpscope.pipeline import Options, decode_packets
 from amqpscope.testing.broker import PrivateBroker
+from amqpscope.testing.frames import RawFrame, decode_frame
 from amqpscope.validate.validator import Validator
 
 pytestmark = pytest.mark.broker

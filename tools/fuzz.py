@@ -1,23 +1,28 @@
 #!/usr/bin/env python3
-"""A plain-Python mutation fuzzer for amqpscope: the codec and the whole pipeline.
+"""A plain-Python mutation fuzzer for amqpscope: the native core's decoders and the whole pipeline,
+through the Python API (``tools/fuzz-native.sh`` fuzzes the core's Rust entry points directly).
 
 Seeds are real captures (``samples/*.pcap`` and, when present, the small captures of
 ``../shared/captures``). Every execution is derived from one integer seed, so any crash can be
 replayed exactly: ``tools/fuzz.py --target T --replay SEED``.
 
 Targets
-  frame     bytes -> ``decode_frame`` (need-more / frame / malformed, nothing else)
-  method    method payloads -> ``Codec.decode_method`` (a DecodedMethod, problems as values)
+  frame     bytes -> ``decode_frame`` (the test-side splitter of ``amqpscope.testing.frames``:
+            need-more / frame / malformed, nothing else)
+  method    method payloads -> ``Codec.decode_method`` (the core's; a DecodedMethod, problems as values)
   header    content-header payloads -> ``Codec.decode_header``
-  table     field tables -> ``decode_table`` (value or ``Truncated``)
-  stream    one direction's bytes, cut into random chunks with random gaps -> ``FrameStream``;
-            the byte accounting must balance at the end
+  table     field tables -> ``decode_table`` (the core's table decoder; value or ``Truncated``)
+  stream    one direction's bytes, cut into random chunks with random gaps, written as the
+            segments of one TCP connection (``amqpscope.testing.streams``) -> ``decode_packets``;
+            the byte accounting must balance at the end and count exactly the gaps made
   pipeline  mutated capture files (bit flips, byte insert/delete, truncation, dropped /
             duplicated / reordered packets, mutated payloads, spliced captures) ->
-            ``read_packets`` -> ``decode_packets`` -> records and text summaries; the accounting
-            must balance
+            ``read_packets`` -> ``decode_packets`` (or ``decode_source``, the core reading the
+            file itself) -> records and text summaries; the accounting must balance
   cli       the same mutated files through ``amqpscope decode`` (in process, click's runner):
             exit code 0 or 2..6, at most one error line on stderr, never a traceback
+  paths     (not in the default set) the same mutated files both ways, ``decode_source`` and
+            ``read_packets`` -> ``decode_packets``: the same records, error and accounting
 
 A crash is any exception other than the documented ones (``CaptureError`` subclasses for the
 pipeline, ``Truncated`` for ``decode_table``), an execution over the time limit, or a broken
@@ -56,30 +61,23 @@ if str(ROOT) not in sys.path:
 
 from amqpscope.capture import CaptureError, read_packets  # noqa: E402
 from amqpscope.dissect.codec import Codec, get_codec  # noqa: E402
-from amqpscope.dissect.stream import (  # noqa: E402
-    FrameItem,
-    FrameStream,
-    GapItem,
-    HeaderItem,
-    MalformedItem,
-    ResyncItem,
-)
 from amqpscope.dissect.values import Truncated, decode_table, encode_table  # noqa: E402
-from amqpscope.dissect.wire import FRAME_HEADER, FRAME_METHOD, Malformed, NeedMore, RawFrame, decode_frame  # noqa: E402
-from amqpscope.net import SegmentParser  # noqa: E402
+from amqpscope.dissect.wire import FRAME_HEADER, FRAME_METHOD  # noqa: E402
+from amqpscope.events import Event  # noqa: E402
 from amqpscope.output.records import dumpb, record  # noqa: E402
 from amqpscope.output.summary import summary  # noqa: E402
-from amqpscope.packets import RawPacket, TcpData  # noqa: E402
+from amqpscope.packets import RawPacket  # noqa: E402
 from amqpscope.pcapwrite import pcap_header, pcap_record, pcapng_epb, pcapng_idb, pcapng_shb  # noqa: E402
-from amqpscope.pipeline import RunStats, decode_packets  # noqa: E402
-from amqpscope.reassembly import TcpReassembler  # noqa: E402
-from amqpscope.pipeline import Options  # noqa: E402
+from amqpscope.pipeline import Options, RunStats, decode_packets, decode_source  # noqa: E402
+from amqpscope.testing import tcpwalk  # noqa: E402
+from amqpscope.testing.frames import Malformed, NeedMore, RawFrame, decode_frame  # noqa: E402
+from amqpscope.testing.streams import OneWay  # noqa: E402
 
 SHARED_CAPTURES = ROOT.parent / "shared" / "captures"
 SMALL_CAPTURE = 64 * 1024  # larger shared captures cost too much per execution
 CODEC_TARGETS = ("frame", "method", "header", "table", "stream")
-ALL_TARGETS = (*CODEC_TARGETS, "pipeline", "cli")
-DEFAULT_LIMIT_S = {"pipeline": 10.0, "cli": 15.0}  # per execution; codec targets: 2 s
+ALL_TARGETS = (*CODEC_TARGETS, "pipeline", "cli", "paths")
+DEFAULT_LIMIT_S = {"pipeline": 10.0, "cli": 15.0, "paths": 20.0}  # per execution; codec targets: 2 s
 
 
 class ExecTimeout(Exception):
@@ -111,17 +109,11 @@ def seed_files(extra: list[Path] | None = None) -> list[Path]:
 
 
 def _streams_of(packets: list[RawPacket]) -> list[bytes]:
-    parser, reasm = SegmentParser(), TcpReassembler()
+    """Each direction's bytes, by the independent TCP walk of the test tooling (seeds only)."""
     chunks: dict[tuple[int, Any], list[bytes]] = {}
-    for p in packets:
-        seg = parser.parse(p)
-        if seg is None:
-            continue
-        for ev in reasm.feed(seg):
-            if isinstance(ev, TcpData):
-                chunks.setdefault((ev.flow, ev.src), []).append(ev.data)
-    for ev in reasm.finish():
-        if isinstance(ev, TcpData):
+    segs = (seg for p in packets if (seg := tcpwalk.parse(p)) is not None)
+    for ev in tcpwalk.walk(segs):
+        if isinstance(ev, tcpwalk.TcpData):
             chunks.setdefault((ev.flow, ev.src), []).append(ev.data)
     return [b"".join(v) for v in chunks.values()]
 
@@ -307,7 +299,8 @@ def make_capture(rng: random.Random, corpus: Corpus) -> bytes:
 
 # --- targets -------------------------------------------------------------------------------------
 
-_ITEM_TYPES = (HeaderItem, FrameItem, GapItem, ResyncItem, MalformedItem)
+# what one direction's bytes turn into (plus the connection and the messages of the session)
+_STREAM_KINDS = {"protocol-header", "frame", "gap", "resync", "malformed", "connection", "message"}
 
 
 def run_frame(data: bytes, codec: Codec) -> None:
@@ -351,37 +344,38 @@ def run_table(data: bytes, codec: Codec) -> None:
 
 
 def run_stream(data: bytes, codec: Codec, rng: random.Random) -> None:
-    known = codec.method
-    fs = FrameStream(lambda c, m: known(c, m) is not None, at_start=rng.random() < 0.7)
+    """The bytes as client-to-server segments of one TCP connection (with a SYN, or mid-stream),
+    some ranges left out as holes, through the core."""
+    stream = OneWay(at_start=rng.random() < 0.7)
     off = 0
-    gaps = 0
-    packet = 0
     while off < len(data):
-        packet += 1
         if rng.random() < 0.05:
             size = rng.choice((1, 7, 100, 5000))
-            gaps += size
-            items = fs.gap(size, packet, 0)
+            stream.gap(size)
             off += size
         else:
             n = rng.choice((1, 3, 8, 100, 1460, 65536))
-            items = fs.feed(data[off : off + n], packet, 0)
+            stream.feed(data[off : off + n])
             off += n
-        for it in items:
-            if not isinstance(it, _ITEM_TYPES):
-                raise Invariant(f"stream item {type(it).__name__}")
-    for it in fs.finish():
-        if not isinstance(it, _ITEM_TYPES):
-            raise Invariant(f"stream item {type(it).__name__}")
-    acc = fs.accounting
+    stats = RunStats()
+    options = Options(ports=frozenset({stream.server_port}))
+    for ev in decode_packets(stream.packets(), codec, options, stats):
+        if not isinstance(ev, Event) or ev.kind not in _STREAM_KINDS:
+            raise Invariant(f"stream event {type(ev).__name__} ({getattr(ev, 'kind', '?')})")
+        dumpb(record(ev, "full"))
+    acc = stats.accounting
     if not acc.balanced():
         raise Invariant(f"stream accounting does not balance: {acc}")
-    if acc.gap_bytes != gaps:
-        raise Invariant(f"gap_bytes {acc.gap_bytes} != bytes removed {gaps}")
+    if acc.stream_bytes != stream.fed_bytes:
+        raise Invariant(f"stream_bytes {acc.stream_bytes} != bytes sent {stream.fed_bytes}")
+    if acc.gap_bytes != stream.visible_gap_bytes:
+        raise Invariant(f"gap_bytes {acc.gap_bytes} != bytes removed {stream.visible_gap_bytes}")
 
 
-def run_pipeline(data: bytes, codec: Codec, options: Options, validate: bool = False) -> int:
-    """Decode, render every event; with ``validate`` the validator runs as a stage (as in decode)."""
+def run_pipeline(data: bytes, codec: Codec, options: Options, validate: bool = False, whole_file: bool = False) -> int:
+    """Decode, render every event; with ``validate`` the validator runs as a stage (as in decode).
+    ``whole_file``: the core reads the capture itself (``decode_source``, as the CLI does) instead
+    of decoding the packets Python read (``read_packets`` -> ``decode_packets``, as live capture)."""
     stats = RunStats()
     n = 0
     stages: tuple[Any, ...] = ()
@@ -389,8 +383,12 @@ def run_pipeline(data: bytes, codec: Codec, options: Options, validate: bool = F
         from amqpscope.validate.validator import Validator
 
         stages = (Validator(codec.spec).stage,)
-    try:
-        for ev in decode_packets(read_packets(io.BytesIO(data)), codec, options, stats, stages):
+    try:  # the core opens the file at once: a bad file header raises here already
+        if whole_file:
+            events = decode_source(io.BytesIO(data), codec, options, stats, stages)
+        else:
+            events = decode_packets(read_packets(io.BytesIO(data)), codec, options, stats, stages)
+        for ev in events:
             rec = record(ev, "full")
             dumpb(rec)
             summary(ev)
@@ -401,6 +399,36 @@ def run_pipeline(data: bytes, codec: Codec, options: Options, validate: bool = F
     if not stats.accounting.balanced():
         raise Invariant(f"run accounting does not balance: {stats.accounting}")
     return n
+
+
+def _records(data: bytes, codec: Codec, options: Options, whole_file: bool) -> tuple[list[bytes], str | None, Any]:
+    stats = RunStats()
+    out: list[bytes] = []
+    error = None
+    try:
+        if whole_file:
+            events = decode_source(io.BytesIO(data), codec, options, stats)
+        else:
+            events = decode_packets(read_packets(io.BytesIO(data)), codec, options, stats)
+        out += (dumpb(record(ev, "full")) for ev in events)
+    except CaptureError as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    return out, error, stats.accounting
+
+
+def run_paths(data: bytes, codec: Codec, options: Options) -> None:
+    """The core reading the file itself and the core fed the packets Python read must agree."""
+    a_recs, a_err, a_acc = _records(data, codec, options, True)
+    b_recs, b_err, b_acc = _records(data, codec, options, False)
+    if a_err != b_err:
+        raise Invariant(f"errors differ: decode_source {a_err!r}, decode_packets {b_err!r}")
+    if len(a_recs) != len(b_recs):
+        raise Invariant(f"decode_source gave {len(a_recs)} records, decode_packets {len(b_recs)} (error: {a_err})")
+    for i, (x, y) in enumerate(zip(a_recs, b_recs, strict=True)):
+        if x != y:
+            raise Invariant(f"record {i} differs: decode_source {x[:200]!r}, decode_packets {y[:200]!r}")
+    if a_acc != b_acc:
+        raise Invariant(f"accounting differs: decode_source {a_acc}, decode_packets {b_acc}")
 
 
 _CLI_COMMANDS = (
@@ -460,7 +488,7 @@ def _signature(exc: BaseException) -> str:
 
 
 def make_input(target: str, rng: random.Random, corpus: Corpus) -> bytes:
-    if target in ("pipeline", "cli"):
+    if target in ("pipeline", "cli", "paths"):
         return make_capture(rng, corpus)
     pool = {
         "frame": corpus.frames,
@@ -486,9 +514,11 @@ def execute(target: str, data: bytes, rng: random.Random, codec: Codec, options:
     elif target == "stream":
         run_stream(data, codec, rng)
     elif target == "pipeline":
-        run_pipeline(data, codec, options, validate=rng.random() < 0.25)
+        run_pipeline(data, codec, options, validate=rng.random() < 0.25, whole_file=rng.random() < 0.5)
     elif target == "cli":
         run_cli(data, rng, workdir)
+    elif target == "paths":
+        run_paths(data, codec, options)
     else:
         raise ValueError(f"unknown target {target}")
 
