@@ -143,18 +143,21 @@ def _engine_batches(engine: Any, packets: Iterator[RawPacket], stats: RunStats |
     # One packet per trip: a live capture's packets must come out as they arrive, not when a
     # batch is full. (Files take the Decoder, which reads in the core.)
     feed = engine.feed
+    error: BaseException | None = None
     try:
         for packet in packets:
             events = feed((packet,))
             if events:
                 yield events
-    finally:
-        # a live capture's Ctrl-C or a truncated file: what is decoded is flushed first
-        tail = engine.finish()
-        if stats is not None:
-            stats.update(engine.stats())
+    except (Exception, KeyboardInterrupt) as exc:
+        error = exc  # a truncated file or Ctrl-C: first flush what is decoded, then raise
+    tail = engine.finish()
+    if stats is not None:
+        stats.update(engine.stats())
     if tail:
         yield tail
+    if error is not None:
+        raise error
 
 
 def _staged(batches: Iterator[list[Event]], stages: Iterable[Stage]) -> Iterator[list[Event]]:

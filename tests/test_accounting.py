@@ -27,8 +27,7 @@ from click.testing import CliRunner
 from conftest import CAPTURES
 
 from amqpscope.capture import CaptureError, read_packets
-from amqpscope.pipeline import RunStats, decode_packets
-from amqpscope.pipeline import Options
+from amqpscope.pipeline import Options, RunStats, decode_packets
 from amqpscope.testing.tcpwalk import TcpData
 from cli.main import cli
 

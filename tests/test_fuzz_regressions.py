@@ -104,14 +104,12 @@ def test_oversized_frame_header_cut_at_seven_bytes_is_not_waited_for() -> None:
     assert acc.balanced() and acc.pending_bytes == 0
 
 
-@pytest.mark.xfail(strict=True, reason="the core reports the malformed header at the packet of its 7 bytes, "
-                                       "the Python FrameStream reported it with the next packet")  # fmt: skip
-def test_oversized_frame_header_cut_at_seven_bytes_is_reported_with_the_next_packet() -> None:
-    """What the Python FrameStream did with the input above: nothing for the 7 bytes alone
-    (``fs.feed(...) == []``), the malformed item with the next packet."""
+def test_oversized_frame_header_cut_at_seven_bytes_is_reported_with_its_packet() -> None:
+    """The declared size is in the 7 bytes themselves, so the core reports the malformed header
+    with their packet (the Python FrameStream waited for the next one)."""
     items, _, first, second = _oversized_header_alone()
-    assert not [it for it in items if it.packet == first]
-    assert items[0].packet == second
+    assert items[0].packet == first and isinstance(items[0], Malformed)
+    assert all(it.packet == second for it in items[1:])
 
 
 def test_frames_found_after_a_bad_large_frame_keep_their_packet() -> None:
@@ -146,14 +144,11 @@ def test_gap_inside_held_back_frame_skips_to_the_next_frame() -> None:
     assert acc.balanced() and acc.gap_bytes == 1500
 
 
-@pytest.mark.xfail(strict=True, reason="pipeline._engine_batches: the batch being read when read_packets raises is "
-                                       "never fed, and the engine's finish() events are not yielded before the error")  # fmt: skip
 def test_truncated_capture_through_decode_packets_keeps_the_events_before_the_error() -> None:
     """Found by the ``paths`` target of tools/fuzz.py (every one of its differences, e.g. seed 10):
     a truncated or corrupt capture read by ``read_packets`` and decoded by ``decode_packets``
-    gives no events at all, while ``decode_source`` gives every event before the error. The
-    Python pipeline decoded every packet before the error, flushed, then raised (the
-    ``_decode`` of the pipeline before the native core); the native pipeline's comment says the same."""
+    gave no events at all, while ``decode_source`` gives every event before the error: both must
+    flush what is decoded, then raise."""
     data = (ROOT / "samples" / "confirms.pcap").read_bytes()[:-10]  # the last record cut short
 
     def events(whole_file: bool) -> list[str]:

@@ -31,8 +31,7 @@ from amqpscope.dissect.values import Problem, Timestamp
 from amqpscope.events import Accounting, Connection, Event, Frame, Gap, Malformed, Message, ProtocolHeader, Resync
 from amqpscope.output.records import record
 from amqpscope.output.writers import JsonlWriter
-from amqpscope.pipeline import decode_packets
-from amqpscope.pipeline import Options
+from amqpscope.pipeline import Options, decode_packets
 
 native = pytest.importorskip("amqpscope._native")
 if not hasattr(native, "_jsonl"):

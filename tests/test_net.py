@@ -5,8 +5,8 @@ from __future__ import annotations
 import struct
 
 import pytest
-
 from amqpscope.net import SegmentParser
+
 from amqpscope.packets import ACK, PSH, RawPacket
 from amqpscope.pcapwrite import LINKTYPES, ip_checksum, ip_packet, link_frame, tcp_header, tcp_packet
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import dpkt
 import pytest
 import variants
+from amqpscope.reassembly import TcpReassembler
 
 from amqpscope.packets import ACK, FIN, PSH, RST, SYN, Segment, TcpClose, TcpData, TcpGap, TcpOpen
 from amqpscope.pcapwrite import TcpConversation, write_pcap
-from amqpscope.reassembly import TcpReassembler
 
 CAPTURES = Path(__file__).resolve().parents[2] / "shared" / "captures"
 SHARED = sorted(CAPTURES.glob("*.pcap")) if CAPTURES.is_dir() else []

@@ -28,8 +28,7 @@ import pytest
 from amqpscope.capture import read_packets
 from amqpscope.dissect.codec import get_codec
 from amqpscope.events import Finding
-from amqpscope.pipeline import decode_packets
-from amqpscope.pipeline import Options
+from amqpscope.pipeline import Options, decode_packets
 from amqpscope.validate.validator import Validator
 from tests import variants
 

@@ -11,8 +11,7 @@ from amqpscope.capture import read_packets
 from amqpscope.dissect.codec import get_codec
 from amqpscope.events import Finding
 from amqpscope.pcapwrite import write_pcap
-from amqpscope.pipeline import decode_packets
-from amqpscope.pipeline import Options
+from amqpscope.pipeline import Options, decode_packets
 from amqpscope.validate.validator import Validator
 
 
