@@ -1,32 +1,33 @@
 #!/usr/bin/env python3
-"""Speed and memory of ``amqpscope decode`` against tshark and a dpkt + pamqp script, in one run.
+"""Speed and memory of ``amqpscope decode`` against tshark, a dpkt + pamqp script and a bare Rust frame
+walk, in one run, on one or more captures.
 
-Record the capture first: ``python bench/record_large.py --messages 300000`` (bench/data/large.pcap).
+Record the captures first: ``python bench/record_large.py`` (bench/data/large.pcap, loopback MTU 64 KiB)
+and ``python bench/record_large.py --mtu 1500 --out bench/data/large-mtu1500.pcap`` (Ethernet-sized
+segments, reordering).
 
-Commands timed (each a separate process, wall clock, peak RSS from ``/usr/bin/time -f %M``):
+Commands timed (each a separate process, wall clock and CPU, peak RSS from ``/usr/bin/time -f %M``):
 
-* ours:        ``amqpscope decode --format jsonl FILE > /dev/null``: with two or more cores the
-  validator runs in a helper process that decodes the file a second time (``-j 2``), so its CPU
-  time is that of both processes and its peak RSS that of the larger one (they are about the same
-  size: the total is about twice); also ``-j 1`` (one process) and ``--no-validate``
-* tshark:      ``tshark -r FILE [-d tcp.port==PORT,amqp] -Y amqp -T fields -e amqp.method.method > OUT``
+* amqpscope:   ``amqpscope decode --format jsonl FILE > /dev/null`` (inline validation, the default) and
+  ``--no-validate`` (JSON lines written by the native core, full arguments and properties)
+* tshark:      ``tshark -r FILE [-d tcp.port==PORT,amqp] [-o tcp.reassemble_out_of_order:TRUE] -Y amqp -T fields
+  -e amqp.method.method > OUT``; out-of-order reassembly is switched on for captures with Ethernet-sized
+  segments (max TCP payload <= 1500 bytes), where segments really arrive out of order
 * dpkt+pamqp:  ``python bench/dpkt_pamqp.py FILE --port PORT --jsonl > /dev/null`` (frames decoded with
-  arguments and written as JSON lines: the same work), and the same without ``--jsonl`` (decode only).
+  arguments and written as JSON lines: the same work), and the same without ``--jsonl`` (decode only)
+* framewalk:   ``target/release/framewalk FILE > /dev/null`` (bench/framewalk: a std-only pcap reader,
+  reassembler and frame walk printing one short JSON line per frame; the floor)
 
-Frames are counted independently (``amqpscope.testing.sniffer.count_amqp_frames``: its own reassembly
-and frame walk, no codec) and each tool's own count is shown beside it: tshark 4.0 silently loses
-frames when one TCP segment holds hundreds of them, so its field output only counts what it saw
-(method frames: the values in the ``amqp.method.method`` column).
+Frames are counted independently (``amqpscope.testing.sniffer.count_amqp_frames``: its own reassembly and
+frame walk, no codec) and each tool's own count is shown beside it: tshark silently loses frames when one
+TCP segment holds hundreds of them, so its field output only counts what it saw (method frames).
 
-The machine may be shared: every command runs ``--repeat`` times, in rounds that run every command
-once (a slow spell of the host hits all tools alike), and the best (lowest) wall time is kept, with
-the peak RSS of that run. ``--half`` also decodes the first half of the packets (written
-next to the capture) to show that memory does not grow with the capture's size.
+The machine may be shared: every command runs ``--repeat`` times, in rounds that run every command once
+(a slow spell of the host hits all tools alike), and the best (lowest) wall time is kept, with the peak
+RSS of that run. ``--half`` also decodes the first half of each capture's packets (written next to it) to
+show that memory does not grow with the capture's size. Ratios above 1 mean amqpscope is faster.
 
-Ratios above 1 mean amqpscope is faster. Wall and CPU (user + system) seconds are both shown: on a
-shared machine the CPU time is the steadier of the two.
-
-Usage: python bench/decode.py [FILE] [--repeat N] [--half] [--skip single,no-validate,tshark,dpkt,dpkt-count]
+Usage: python bench/decode.py [FILE ...] [--repeat N] [--half] [--skip validate,tshark,dpkt,dpkt-count,framewalk]
 """
 
 from __future__ import annotations
@@ -104,41 +105,6 @@ def interleaved(cmds: list[tuple[list[str], str]], repeat: int) -> list[tuple[fl
     return out
 
 
-def tree_rss_peak(cmd: list[str]) -> float:
-    """Peak of the summed RSS (MiB) of a command and its descendants, sampled every 0.1 s: decode's
-    validation helper is a second process, which ``/usr/bin/time`` reports only as the larger of two."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
-    peak = 0
-    while proc.poll() is None:
-        total = 0
-        for pid in _tree(proc.pid):
-            try:
-                status = Path(f"/proc/{pid}/status").read_text()
-            except OSError:
-                continue
-            total += next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS")), 0)
-        peak = max(peak, total)
-        time.sleep(0.1)
-    return peak / 1024
-
-
-def _tree(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo += children.get(pid, [])
-    return out
-
-
 def half_capture(path: Path) -> Path:
     dst = path.with_name(path.stem + "-half.pcap")
     packets = list(read_packets(path))
@@ -156,105 +122,123 @@ def our_count(path: Path, port: int) -> int:
     return n
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("capture", nargs="?", type=Path, default=ROOT / "bench" / "data" / "large.pcap")
-    ap.add_argument("--repeat", type=int, default=3, help="runs per command; the best is kept (default 3)")
-    ap.add_argument("--half", action="store_true", help="also measure the first half of the capture")
-    ap.add_argument("--skip", default="", help="comma-separated: single, no-validate, tshark, dpkt, dpkt-count")
-    args = ap.parse_args()
-    skip = set(filter(None, args.skip.split(",")))
-    path: Path = args.capture
-    if not path.exists():
-        raise SystemExit(f"{path} not found: run bench/record_large.py first")
+def segmented(path: Path) -> bool:
+    """True for captures of Ethernet-sized segments (the largest TCP payload of the first packets)."""
+    largest = max((len(seg.payload) for _i, seg in itertools.islice(data_segments(path), 100_000)), default=0)
+    return largest <= 1500
+
+
+def framewalk() -> str:
+    """The floor's binary, built (release) if needed."""
+    subprocess.run(["cargo", "build", "-q", "--release", "-p", "framewalk"], cwd=ROOT, check=True)
+    return str(ROOT / "target" / "release" / "framewalk")
+
+
+def bench_capture(path: Path, args: argparse.Namespace, skip: set[str], floor: str | None) -> None:
     port = server_port(path)
     size = path.stat().st_size
-    print(f"capture: {path} ({size / 2**20:.1f} MiB), AMQP server port {port}, best of {args.repeat} runs each")
+    ooo = segmented(path)
+    print(f"\n=== capture: {path} ({size / 2**20:.1f} MiB), AMQP server port {port}, best of {args.repeat} runs each")
     print(f"machine: {os.cpu_count()} CPUs, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at start")
-
     t = time.perf_counter()
     truth = count_amqp_frames(path)
     methods = truth["frames"] - truth["content-header"] - truth["content-body"] - truth["heartbeat"]
     print(f"independent count ({time.perf_counter() - t:.1f} s): {truth['frames']} AMQP frames "
           f"({methods} method, {truth['content-header']} header, {truth['content-body']} body, "
           f"{truth['heartbeat']} heartbeat) + {truth['protocol-header']} protocol headers, "
-          f"{truth['connections']} connections")  # fmt: skip
+          f"{truth['connections']} connections, {truth.get('unfilled-gaps', 0)} unfilled gaps")  # fmt: skip
 
-    ours_cmd = [AMQPSCOPE, "decode", "--format", "jsonl", str(path)]
+    ours_cmd = [AMQPSCOPE, "decode", "--format", "jsonl", "--port", str(port), str(path)]
     decode_as = [] if port == 5672 else ["-d", f"tcp.port=={port},amqp"]
-    tshark_cmd = ["tshark", "-r", str(path), *decode_as, "-Y", "amqp", "-T", "fields", "-e", "amqp.method.method"]
+    reorder = ["-o", "tcp.reassemble_out_of_order:TRUE"] if ooo else []
+    tshark_cmd = ["tshark", "-r", str(path), *decode_as, *reorder, "-Y", "amqp", "-T", "fields", "-e",
+                  "amqp.method.method"]  # fmt: skip
     dpkt_cmd = [PY, str(ROOT / "bench" / "dpkt_pamqp.py"), str(path), "--port", str(port), "--jsonl"]
-    dpkt_count_cmd = dpkt_cmd[:-1]
-
-    # (name, command line shown, command, where its stdout goes)
     fd, tshark_out = tempfile.mkstemp(suffix=".txt")
     os.close(fd)
-    plan: list[tuple[str, str, list[str], str]] = [("amqpscope", "amqpscope decode --format jsonl FILE > /dev/null",
-                                                    ours_cmd, os.devnull)]  # fmt: skip
-    if "single" not in skip:
-        plan.append(("amqpscope -j 1", "amqpscope decode --format jsonl -j 1 FILE > /dev/null",
-                     [*ours_cmd[:-1], "-j", "1", str(path)], os.devnull))  # fmt: skip
-    if "no-validate" not in skip:
-        plan.append(("amqpscope --no-validate", "amqpscope decode --format jsonl --no-validate FILE > /dev/null",
-                     [*ours_cmd[:-1], "--no-validate", str(path)], os.devnull))  # fmt: skip
+    fd, walk_out = tempfile.mkstemp(suffix=".jsonl")
+    os.close(fd)
+    # (name, command line shown, command, where its stdout goes)
+    plan: list[tuple[str, str, list[str], str]] = [
+        ("amqpscope --no-validate", "amqpscope decode --format jsonl --no-validate FILE > /dev/null",
+         [*ours_cmd[:-1], "--no-validate", str(path)], os.devnull)]  # fmt: skip
+    if "validate" not in skip:
+        plan.append(("amqpscope", "amqpscope decode --format jsonl FILE > /dev/null", ours_cmd, os.devnull))
     if "tshark" not in skip:
         plan.append(("tshark", " ".join(tshark_cmd) + " > OUT", tshark_cmd, tshark_out))
     if "dpkt" not in skip:
         plan.append(("dpkt+pamqp", "python bench/dpkt_pamqp.py FILE --port PORT --jsonl > /dev/null", dpkt_cmd,
                      os.devnull))  # fmt: skip
     if "dpkt-count" not in skip:
-        plan.append(("dpkt+pamqp (no output)", "python bench/dpkt_pamqp.py FILE --port PORT", dpkt_count_cmd,
+        plan.append(("dpkt+pamqp (no output)", "python bench/dpkt_pamqp.py FILE --port PORT", dpkt_cmd[:-1],
                      os.devnull))  # fmt: skip
+    if floor is not None:
+        plan.append(("framewalk (floor)", "target/release/framewalk FILE > OUT", [floor, str(path)], walk_out))
     results = interleaved([(cmd, out) for _n, _l, cmd, out in plan], args.repeat)
 
-    seen: dict[str, str] = {"amqpscope": f"{our_count(path, port)} of {truth['frames']} frames",
-                            "amqpscope -j 1": "(same output, one process)",
-                            "amqpscope --no-validate": "(same frames, no inline findings)",
+    seen: dict[str, str] = {"amqpscope --no-validate": f"{our_count(path, port)} of {truth['frames']} frames",
+                            "amqpscope": "(the same frames, with inline findings)",
                             "dpkt+pamqp (no output)": "(decode only, writes nothing)"}  # fmt: skip
     if "tshark" not in skip:
         got = sum(len(line.split(b",")) for line in Path(tshark_out).read_bytes().splitlines() if line.strip())
         seen["tshark"] = f"{got} of {methods} method frames"
+    if floor is not None:
+        seen["framewalk (floor)"] = f"{sum(1 for _ in open(walk_out, 'rb'))} of {truth['frames']} frames"
     Path(tshark_out).unlink()
+    Path(walk_out).unlink()
     if "dpkt" not in skip:
-        proc = subprocess.run(dpkt_count_cmd, capture_output=True, check=True)
+        proc = subprocess.run(dpkt_cmd[:-1], capture_output=True, check=True)
         seen["dpkt+pamqp"] = f"{json.loads(proc.stderr.decode().strip().splitlines()[-1])['frames']} of " \
                              f"{truth['frames']} frames"  # fmt: skip
-    rows: list[tuple[str, str, float, int, list[float], str]] = []
-    cmds: list[list[str]] = []
-    for (name, line, cmd, _out), (wall, rss, walls) in zip(plan, results, strict=True):
-        rows.append((name, line, wall, rss, walls, seen[name]))
-        cmds.append(cmd)
+    rows = [(name, line, wall, rss, walls, seen[name], cmd)
+            for (name, line, cmd, _out), (wall, rss, walls) in zip(plan, results, strict=True)]  # fmt: skip
 
     print()
-    print(
-        f"{'tool':<24} {'best s':>8} {'CPU s':>7} {'frames/s':>10} {'peak RSS':>10}  runs (s)             frames seen"
-    )
-    for (name, _cmd, wall, peak, times, seen_by), cmd in zip(rows, cmds, strict=True):
-        print(f"{name:<24} {wall:>8.2f} {CPU[tuple(cmd)]:>7.2f} {truth['frames'] / wall:>10,.0f} "
+    print(f"{'tool':<24} {'best s':>8} {'CPU s':>7} {'frames/s':>11} {'MB/s/core':>10} {'peak RSS':>10}  "
+          f"{'runs (s)':<20} frames seen")  # fmt: skip
+    for name, _line, wall, peak, times, seen_by, cmd in rows:
+        cpu = CPU[tuple(cmd)]
+        print(f"{name:<24} {wall:>8.2f} {cpu:>7.2f} {truth['frames'] / wall:>11,.0f} {size / 1e6 / cpu:>10.1f} "
               f"{peak / 1024:>7.1f} MiB  {' '.join(f'{w:.2f}' for w in times):<20} {seen_by}")  # fmt: skip
     print()
-    for ref in [i for i, row in enumerate(rows) if row[0].startswith("amqpscope")]:
-        ours, ours_cpu = rows[ref][2], CPU[tuple(cmds[ref])]
-        for (name, _cmd, wall, _rss, _walls, _seen), cmd in zip(rows, cmds, strict=True):
+    for ours_name, ours_line, ours_wall, _r, _t, _s, ours_cmd_ in rows:
+        if not ours_name.startswith("amqpscope"):
+            continue
+        ours_cpu = CPU[tuple(ours_cmd_)]
+        for name, _line, wall, _rss, _walls, _seen, cmd in rows:
             if name.startswith("amqpscope"):
                 continue
-            cpu = CPU[tuple(cmd)]
-            print(f"{name} / {rows[ref][0]}: wall {wall / ours:.2f}x, CPU {cpu / ours_cpu:.2f}x")
+            print(f"{ours_name}: {name} / amqpscope wall {wall / ours_wall:.2f}x, CPU {CPU[tuple(cmd)] / ours_cpu:.2f}x"
+                  f"   (amqpscope / {name}: wall {ours_wall / wall:.2f}x)")  # fmt: skip
     print()
     for name, line, *_ in rows:
         print(f"  {name}: {line}")
-    print(f"\namqpscope decode with its validation helper: peak RSS of both processes together "
-          f"{tree_rss_peak(ours_cmd):.1f} MiB (sampled every 0.1 s)")
-
     if args.half:
         half = half_capture(path)
-        h_wall, h_rss, _ = best([AMQPSCOPE, "decode", "--format", "jsonl", str(half)], args.repeat)
-        print()
-        print("memory against capture size (amqpscope decode --format jsonl > /dev/null):")
+        cmd = [AMQPSCOPE, "decode", "--format", "jsonl", "--no-validate", "--port", str(port)]
+        (h_wall, h_rss, _), (f_wall, f_rss, _) = interleaved([([*cmd, str(half)], os.devnull),
+                                                              ([*cmd, str(path)], os.devnull)], args.repeat)  # fmt: skip
+        print("\nmemory against capture size (amqpscope decode --format jsonl --no-validate > /dev/null):")
         print(f"  half ({half.stat().st_size / 2**20:.1f} MiB): {h_wall:.2f} s, peak RSS {h_rss / 1024:.1f} MiB")
-        print(f"  full ({size / 2**20:.1f} MiB): {rows[0][2]:.2f} s, peak RSS {rows[0][3] / 1024:.1f} MiB")
+        print(f"  full ({size / 2**20:.1f} MiB): {f_wall:.2f} s, peak RSS {f_rss / 1024:.1f} MiB")
         half.unlink()
     print(f"\nload average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("captures", nargs="*", type=Path, default=[ROOT / "bench" / "data" / "large.pcap"])
+    ap.add_argument("--repeat", type=int, default=3, help="runs per command; the best is kept (default 3)")
+    ap.add_argument("--half", action="store_true", help="also measure the first half of each capture")
+    ap.add_argument("--skip", default="", help="comma-separated: validate, tshark, dpkt, dpkt-count, framewalk")
+    args = ap.parse_args()
+    skip = set(filter(None, args.skip.split(",")))
+    for path in args.captures:
+        if not path.exists():
+            raise SystemExit(f"{path} not found: run bench/record_large.py first")
+    floor = framewalk() if "framewalk" not in skip else None
+    for path in args.captures:
+        bench_capture(path, args, skip, floor)
     return 0
 
 
