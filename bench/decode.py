@@ -33,6 +33,7 @@ Usage: python bench/decode.py [FILE ...] [--repeat N] [--half] [--skip validate,
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -124,7 +125,7 @@ def our_count(path: Path, port: int) -> int:
 
 def segmented(path: Path) -> bool:
     """True for captures of Ethernet-sized segments (the largest TCP payload of the first packets)."""
-    largest = max((len(seg.payload) for _i, seg in itertools.islice(data_segments(path), 100_000)), default=0)
+    largest = max((len(seg.payload) for seg in itertools.islice(segments(path), 100_000)), default=0)
     return largest <= 1500
 
 
@@ -183,7 +184,8 @@ def bench_capture(path: Path, args: argparse.Namespace, skip: set[str], floor: s
         got = sum(len(line.split(b",")) for line in Path(tshark_out).read_bytes().splitlines() if line.strip())
         seen["tshark"] = f"{got} of {methods} method frames"
     if floor is not None:
-        seen["framewalk (floor)"] = f"{sum(1 for _ in open(walk_out, 'rb'))} of {truth['frames']} frames"
+        walked = len(Path(walk_out).read_bytes().splitlines())
+        seen["framewalk (floor)"] = f"{walked} of {truth['frames']} frames"
     Path(tshark_out).unlink()
     Path(walk_out).unlink()
     if "dpkt" not in skip:
@@ -201,7 +203,7 @@ def bench_capture(path: Path, args: argparse.Namespace, skip: set[str], floor: s
         print(f"{name:<24} {wall:>8.2f} {cpu:>7.2f} {truth['frames'] / wall:>11,.0f} {size / 1e6 / cpu:>10.1f} "
               f"{peak / 1024:>7.1f} MiB  {' '.join(f'{w:.2f}' for w in times):<20} {seen_by}")  # fmt: skip
     print()
-    for ours_name, ours_line, ours_wall, _r, _t, _s, ours_cmd_ in rows:
+    for ours_name, _ours_line, ours_wall, _r, _t, _s, ours_cmd_ in rows:
         if not ours_name.startswith("amqpscope"):
             continue
         ours_cpu = CPU[tuple(ours_cmd_)]

@@ -367,6 +367,7 @@ mod tests {
             pkt(1, eth(&[], 0x0800, &ip)),
             pkt(1, eth(&[0x8100], 0x0800, &ip)),
             pkt(1, eth(&[0x88A8, 0x8100], 0x0800, &ip)),
+            pkt(1, eth(&[0x9100, 0x8100], 0x0800, &ip)),
             pkt(1, padded),
             pkt(113, sll),
             pkt(276, sll2),
@@ -374,6 +375,7 @@ mod tests {
             pkt(108, loop_be),
             pkt(101, ip.clone()),
             pkt(12, ip.clone()),
+            pkt(14, ip.clone()),
             pkt(228, ip.clone()),
         ];
         let mut p = SegmentParser::new();
@@ -472,5 +474,180 @@ mod tests {
             ]
         );
         assert_eq!(p.unsupported_linktypes, [(147, 2)].into());
+    }
+    /// The segment every IPv6 case below expects (`ipv6_tcp`'s addresses and numbers).
+    fn assert_v6_segment(s: &Segment<'_>, payload: &[u8]) {
+        assert_eq!(s.src.to_string(), "[::1]:40000");
+        assert_eq!(s.dst.to_string(), "[2001:db8::2]:5672");
+        assert_eq!((s.seq, s.ack, s.flags, s.payload), (7, 8, 0x18, payload));
+        assert_eq!((s.index, s.ts_ns), (3, 42));
+    }
+
+    #[test]
+    fn ipv6_over_every_link_type() {
+        let ip = ipv6_tcp(&[], b"payload");
+        let mut sll = vec![0; 14];
+        sll.extend_from_slice(&0x86DDu16.to_be_bytes());
+        sll.extend_from_slice(&ip);
+        let mut sll2 = 0x86DDu16.to_be_bytes().to_vec();
+        sll2.extend_from_slice(&[0; 18]);
+        sll2.extend_from_slice(&ip);
+        let mut null = 10u32.to_le_bytes().to_vec(); // Linux AF_INET6, host order
+        null.extend_from_slice(&ip);
+        let cases = [
+            pkt(1, eth(&[], 0x86DD, &ip)),
+            pkt(113, sll),
+            pkt(276, sll2),
+            pkt(0, null),
+            pkt(101, ip.clone()),
+            pkt(229, ip.clone()),
+        ];
+        let mut p = SegmentParser::new();
+        for c in &cases {
+            let s = p
+                .parse(c)
+                .unwrap_or_else(|| panic!("link type {}: {:?}", c.linktype, p.skipped));
+            assert_v6_segment(&s, b"payload");
+        }
+        assert!(p.skipped.is_empty() && p.notes.is_empty());
+    }
+
+    #[test]
+    fn null_and_loop_in_either_byte_order_with_every_address_family() {
+        let mut p = SegmentParser::new();
+        for lt in [LINKTYPE_NULL, LINKTYPE_LOOP] {
+            for af in [2u32, 10, 24, 28, 30] {
+                let ip = if af == 2 {
+                    ipv4_tcp(0x10, &[], b"hi")
+                } else {
+                    ipv6_tcp(&[], b"hi")
+                };
+                for header in [af.to_le_bytes(), af.to_be_bytes()] {
+                    let mut data = header.to_vec();
+                    data.extend_from_slice(&ip);
+                    let packet = pkt(lt, data);
+                    let s = p
+                        .parse(&packet)
+                        .unwrap_or_else(|| panic!("lt {lt} af {af}: {:?}", p.skipped));
+                    assert_eq!(s.payload, b"hi");
+                }
+            }
+        }
+        assert!(p.skipped.is_empty());
+    }
+
+    #[test]
+    fn ethernet_padding_after_an_empty_segment_is_cut() {
+        let mut frame = eth(&[], 0x0800, &ipv4_tcp(0x10, &[], b"")); // 54 bytes, padded to 60
+        frame.extend_from_slice(&[0; 6]);
+        let packet = pkt(1, frame);
+        let mut p = SegmentParser::new();
+        assert_eq!(p.parse(&packet).unwrap().payload, b"");
+        assert!(p.notes.is_empty());
+    }
+
+    #[test]
+    fn ipv4_options_before_tcp_options() {
+        let tcp_opts = [1, 1, 8, 10, 0, 0, 0, 0, 0, 0, 0, 0]; // 32-byte TCP header
+        let plain = ipv4_tcp(0x10, &tcp_opts, b"abc");
+        let mut ip = plain[..20].to_vec();
+        ip[0] = 0x46; // 24-byte IP header
+        let total = plain.len() + 4;
+        ip[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+        ip.extend_from_slice(&[1, 1, 1, 0]); // NOP NOP NOP EOL
+        ip.extend_from_slice(&plain[20..]);
+        let packet = pkt(1, eth(&[], 0x0800, &ip));
+        let mut p = SegmentParser::new();
+        let s = p.parse(&packet).unwrap();
+        assert_eq!(
+            (s.src.port, s.dst.port, s.payload),
+            (40000, 5672, &b"abc"[..])
+        );
+    }
+
+    #[test]
+    fn ipv6_destination_options_and_authentication_headers() {
+        let exts = [
+            (0u8, vec![0; 8]), // hop-by-hop, 8 bytes
+            (60, {
+                let mut b = vec![0; 16];
+                b[1] = 1; // destination options, (1 + 1) * 8 = 16 bytes
+                b
+            }),
+            (51, {
+                let mut b = vec![0; 12];
+                b[1] = 1; // AH, (1 + 2) * 4 = 12 bytes
+                b
+            }),
+            (44, vec![0; 8]), // fragment, offset 0
+        ];
+        let packet = pkt(1, eth(&[], 0x86DD, &ipv6_tcp(&exts, b"data")));
+        let mut p = SegmentParser::new();
+        let s = p.parse(&packet).unwrap();
+        assert_v6_segment(&s, b"data");
+        assert!(p.skipped.is_empty());
+    }
+
+    #[test]
+    fn a_truncated_packet_is_skipped_once() {
+        let frame = eth(&[], 0x0800, &ipv4_tcp(0x10, &[], b"payload")); // 61 bytes
+        let want = [
+            (0, "truncated link header"),
+            (5, "truncated link header"),
+            (13, "truncated link header"),
+            (20, "truncated IP header"),
+            (33, "truncated IP header"),
+            (40, "truncated TCP header"),
+            (53, "truncated TCP header"),
+        ];
+        for (cut, reason) in want {
+            let mut p = SegmentParser::new();
+            assert!(p.parse(&pkt(1, frame[..cut].to_vec())).is_none());
+            let skipped: Vec<(&str, u64)> =
+                p.skipped.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+            assert_eq!(skipped, [(reason, 1)], "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn a_zero_ipv4_total_length_means_the_captured_length() {
+        // TSO/GSO captures leave the total length 0
+        let mut ip = ipv4_tcp(0x10, &[], b"big");
+        ip[2..4].copy_from_slice(&[0, 0]);
+        let packet = pkt(1, eth(&[], 0x0800, &ip));
+        let mut p = SegmentParser::new();
+        assert_eq!(p.parse(&packet).unwrap().payload, b"big");
+        assert!(p.notes.is_empty());
+    }
+
+    #[test]
+    fn damaged_packets_never_panic_and_are_counted_once() {
+        let base = eth(&[], 0x0800, &ipv4_tcp(0x18, &[], b"payload"));
+        let mut state = 5u64;
+        let mut rand = move |n: usize| {
+            // xorshift64*
+            state ^= state >> 12;
+            state ^= state << 25;
+            state ^= state >> 27;
+            (state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 33) as usize % n
+        };
+        let mut p = SegmentParser::new();
+        let mut parsed = 0u64;
+        let mut total = 0u64;
+        for lt in [0, 1, 101, 108, 113, 229, 276] {
+            for _ in 0..300 {
+                let mut data = base.clone();
+                for _ in 0..1 + rand(6) {
+                    let at = rand(data.len());
+                    data[at] = rand(256) as u8;
+                }
+                data.truncate(rand(data.len() + 1));
+                if p.parse(&pkt(lt, data)).is_some() {
+                    parsed += 1;
+                }
+                total += 1;
+            }
+        }
+        assert_eq!(parsed + p.skipped.values().sum::<u64>(), total);
     }
 }

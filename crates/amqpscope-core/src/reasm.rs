@@ -1185,4 +1185,366 @@ mod tests {
             ]
         );
     }
+    /// A segment from `src` to `dst` with packet `index` at `ts_ns`.
+    #[allow(clippy::too_many_arguments)]
+    fn feed(
+        r: &mut Reassembler,
+        out: &mut Vec<TcpEvent>,
+        index: u64,
+        ts_ns: i64,
+        src: Endpoint,
+        dst: Endpoint,
+        seq: u32,
+        flags: u8,
+        payload: &[u8],
+    ) {
+        let s = Segment {
+            index,
+            ts_ns,
+            src,
+            dst,
+            seq,
+            ack: 0,
+            flags,
+            payload,
+        };
+        r.feed(&s, out);
+    }
+
+    fn host(a: u8, port: u16) -> Endpoint {
+        Endpoint {
+            addr: IpAddr::V4(Ipv4Addr::new(10, 0, 0, a)),
+            port,
+        }
+    }
+
+    fn closes(out: &[TcpEvent]) -> Vec<(u64, &'static str)> {
+        out.iter()
+            .filter_map(|e| match e {
+                TcpEvent::Close { flow, how, .. } => Some((*flow, how.as_str())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn opens(out: &[TcpEvent]) -> Vec<u64> {
+        out.iter()
+            .filter_map(|e| match e {
+                TcpEvent::Open { flow, .. } => Some(*flow),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn data_bytes(out: &[TcpEvent]) -> Vec<u8> {
+        out.iter()
+            .filter_map(|e| match e {
+                TcpEvent::Data { data, .. } => Some(&data[..]),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .concat()
+    }
+
+    fn gap_sizes(out: &[TcpEvent]) -> Vec<u64> {
+        out.iter()
+            .filter_map(|e| match e {
+                TcpEvent::Gap { size, .. } => Some(*size),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_syn_at_the_top_of_sequence_space_anchors_at_zero() {
+        let mut run = Run::new(Limits::default());
+        run.seg(true, u32::MAX, 0, SYN, b""); // ISN + 1 wraps to 0
+        run.seg(true, 0, 0, ACK, b"aa");
+        run.seg(true, 4, 0, ACK, b"cc"); // held
+        run.seg(true, 6, 0, ACK, b"dd"); // held
+        assert_eq!(run.text(), ["open 0 c syn", "data 0 c>s \"aa\" @2"]);
+        assert_eq!(run.r.buffered_bytes(), 4);
+        run.seg(true, 2, 0, ACK, b"bb");
+        assert_eq!(run.text()[2..], ["data 0 c>s \"bbccdd\" @5"]);
+        assert_eq!(run.r.buffered_bytes(), 0);
+    }
+
+    #[test]
+    fn in_order_segments_across_the_wrap() {
+        let mut run = Run::new(Limits::default());
+        let seq = 0xFFFF_FFF0u32;
+        run.seg(true, seq - 1, 0, SYN, b"");
+        let mut want = Vec::new();
+        for i in 0..10u8 {
+            let chunk = [i; 10];
+            run.seg(true, seq.wrapping_add(10 * i as u32), 0, ACK, &chunk);
+            want.extend_from_slice(&chunk);
+        }
+        assert_eq!(data_bytes(&run.out), want);
+        assert!(gap_sizes(&run.out).is_empty());
+    }
+
+    #[test]
+    fn a_lost_bare_fin_is_declared_by_the_peer_ack() {
+        let mut run = Run::new(Limits::default());
+        run.seg(true, 99, 0, SYN, b"");
+        run.seg(false, 499, 100, SYN | ACK, b"");
+        run.seg(true, 104, 500, FIN | ACK, b""); // 100..104 lost, no data held behind it
+        run.seg(false, 500, 105, FIN | ACK, b"");
+        run.seg(true, 105, 501, ACK, b"");
+        assert_eq!(
+            run.text(),
+            ["open 0 c syn", "gap 0 c>s 4 @4", "close 0 fin @4"]
+        );
+    }
+
+    #[test]
+    fn the_per_direction_byte_bound_declares_the_hole() {
+        let limits = Limits {
+            ooo_bytes_per_dir: 1000,
+            ..Limits::default()
+        };
+        let mut run = Run::new(limits);
+        run.seg(true, 0, 0, ACK, b"x"); // mid-stream anchor: 1..101 never comes
+        let start = run.out.len();
+        for i in 0..20u32 {
+            run.seg(true, 101 + 100 * i, 0, 0, &[b'y'; 100]);
+        }
+        let later = &run.out[start..];
+        assert_eq!(gap_sizes(later), [100]);
+        assert_eq!(run.r.buffered_bytes(), 0); // everything after the hole was contiguous
+        assert_eq!(data_bytes(later), [b'y'; 2000]);
+        assert_eq!(run.r.stat(Stat::GapsBufferBound), 1);
+    }
+
+    #[test]
+    fn the_total_byte_bound_holds_across_flows() {
+        let limits = Limits {
+            ooo_bytes_total: 5000,
+            ooo_bytes_per_dir: 1_000_000,
+            ..Limits::default()
+        };
+        let mut r = Reassembler::new(&limits);
+        let mut out = Vec::new();
+        for f in 0..10u16 {
+            let src = host(1, 1000 + f);
+            feed(
+                &mut r,
+                &mut out,
+                f as u64,
+                f as i64,
+                src,
+                ep(S),
+                0,
+                ACK,
+                b"x",
+            );
+            feed(
+                &mut r,
+                &mut out,
+                f as u64,
+                f as i64,
+                src,
+                ep(S),
+                100,
+                ACK,
+                &[b'y'; 1000],
+            );
+            assert!(r.buffered_bytes() <= 5000);
+        }
+        assert!(r.stat(Stat::GapsTotalBufferBound) > 0);
+    }
+
+    #[test]
+    fn max_flows_evicts_the_least_recently_used_and_finish_closes_the_rest() {
+        let limits = Limits {
+            max_flows: 3,
+            ..Limits::default()
+        };
+        let mut r = Reassembler::new(&limits);
+        let mut out = Vec::new();
+        for f in 0..5u16 {
+            let src = host(1, 1000 + f);
+            feed(
+                &mut r,
+                &mut out,
+                f as u64 + 1,
+                f as i64,
+                src,
+                ep(S),
+                0,
+                ACK,
+                b"x",
+            );
+        }
+        assert_eq!(closes(&out), [(0, "evicted"), (1, "evicted")]);
+        assert_eq!(r.flow_count(), 3);
+        let mut tail = Vec::new();
+        r.finish(&mut tail);
+        assert_eq!(closes(&tail), [(2, "eof"), (3, "eof"), (4, "eof")]);
+    }
+
+    #[test]
+    fn an_idle_evicted_flow_forgets_its_four_tuple() {
+        const SEC: i64 = 1_000_000_000;
+        let limits = Limits {
+            idle_timeout_ns: Some(60 * SEC),
+            ..Limits::default()
+        };
+        let mut r = Reassembler::new(&limits);
+        let mut out = Vec::new();
+        let (one, two) = (host(1, 1), host(1, 2));
+        feed(&mut r, &mut out, 1, 0, one, ep(S), 0, ACK, b"x");
+        feed(&mut r, &mut out, 2, 10 * SEC, two, ep(S), 0, ACK, b"x");
+        let start = out.len();
+        feed(&mut r, &mut out, 3, 65 * SEC, two, ep(S), 1, ACK, b"y");
+        assert_eq!(closes(&out[start..]), [(0, "evicted")]);
+        assert_eq!(r.stat(Stat::EvictedIdle), 1);
+        // flow 0's 4-tuple is forgotten: a packet there starts flow 2
+        let start = out.len();
+        feed(&mut r, &mut out, 4, 66 * SEC, one, ep(S), 1, ACK, b"z");
+        assert_eq!(opens(&out[start..]), [2]);
+    }
+
+    #[test]
+    fn a_syn_ack_first_makes_its_receiver_the_client() {
+        let mut run = Run::new(Limits::default());
+        run.seg(false, 499, 100, SYN | ACK, b"");
+        run.seg(true, 100, 500, ACK, b"hello");
+        assert_eq!(run.text(), ["open 0 c syn", "data 0 c>s \"hello\" @2"]);
+        let TcpEvent::Open { client, server, .. } = &run.out[0] else {
+            panic!("not an open: {:?}", run.out[0])
+        };
+        assert_eq!((*client, *server), (ep(C), ep(S)));
+    }
+
+    #[test]
+    fn a_new_isn_on_an_open_tuple_replaces_the_flow_once() {
+        let mut run = Run::new(Limits::default());
+        run.seg(true, 99, 0, SYN, b"");
+        run.seg(true, 100, 0, ACK, b"one");
+        run.seg(true, 5000, 0, SYN, b"");
+        assert_eq!(closes(&run.out), [(0, "evicted")]);
+        assert_eq!(opens(&run.out), [0, 1]);
+        // a retransmitted SYN of the new flow does not start yet another
+        run.seg(true, 5000, 0, SYN, b"");
+        assert_eq!(opens(&run.out), [0, 1]);
+        assert_eq!(run.r.stat(Stat::ReplacedBySyn), 1);
+    }
+
+    #[test]
+    fn many_short_flows_are_forgotten_after_the_linger_time() {
+        // 200 connections a second apart (handshake, 50 bytes, FIN both ways), linger 5 s.
+        const SEC: i64 = 1_000_000_000;
+        let limits = Limits {
+            max_flows: 10_000,
+            closed_linger_ns: 5 * SEC,
+            ..Limits::default()
+        };
+        let mut r = Reassembler::new(&limits);
+        let mut out = Vec::new();
+        let mut index = 0;
+        let mut most = 0;
+        for f in 0..200u16 {
+            let (c, s) = (ep(20000 + f), ep(S));
+            let mut ts = 1_700_000_000 * SEC + f as i64 * SEC;
+            let mut send =
+                |src: Endpoint, dst: Endpoint, seq: u32, ack: u32, flags: u8, p: &[u8]| {
+                    index += 1;
+                    ts += 1_000_000;
+                    let seg = Segment {
+                        index,
+                        ts_ns: ts,
+                        src,
+                        dst,
+                        seq,
+                        ack,
+                        flags,
+                        payload: p,
+                    };
+                    r.feed(&seg, &mut out);
+                };
+            send(c, s, 1000, 0, SYN, b"");
+            send(s, c, 5000, 1001, SYN | ACK, b"");
+            send(c, s, 1001, 5001, ACK, b"");
+            send(c, s, 1001, 5001, PSH | ACK, &[b'm'; 50]);
+            send(s, c, 5001, 1051, ACK, b"");
+            send(c, s, 1051, 5001, FIN | ACK, b"");
+            send(s, c, 5001, 1052, FIN | ACK, b"");
+            send(c, s, 1052, 5002, ACK, b"");
+            most = most.max(r.flow_count());
+        }
+        r.finish(&mut out);
+        assert_eq!(opens(&out).len(), 200);
+        let c = closes(&out);
+        assert!(c.len() == 200 && c.iter().all(|&(_, how)| how == "fin"));
+        for f in 0..200 {
+            let data: Vec<u8> = out
+                .iter()
+                .filter_map(|e| match e {
+                    TcpEvent::Data { flow, data, .. } if *flow == f => Some(&data[..]),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+                .concat();
+            assert_eq!(data, [b'm'; 50], "flow {f}");
+        }
+        // closed flows linger 5 s, swept every 1.25 s: a handful tracked at once, not 200
+        assert!(most <= 8, "{most} flows tracked");
+    }
+
+    #[test]
+    fn a_flood_beyond_max_flows_keeps_the_flow_table_at_the_cap() {
+        // What tests/test_hostile.py measured with a lowered cap: the state stays at the cap.
+        let limits = Limits {
+            max_flows: 2000,
+            ..Limits::default()
+        };
+        for with_data in [false, true] {
+            let mut r = Reassembler::new(&limits);
+            let mut out = Vec::new();
+            for i in 0..8000u32 {
+                let src = Endpoint {
+                    addr: IpAddr::V4(Ipv4Addr::from(0x0A00_0000 | i)),
+                    port: 1024 + (i % 60000) as u16,
+                };
+                let ts = i as i64 * 1000;
+                feed(
+                    &mut r,
+                    &mut out,
+                    2 * i as u64 + 1,
+                    ts,
+                    src,
+                    ep(S),
+                    1000,
+                    SYN,
+                    b"",
+                );
+                if with_data {
+                    let p = b"AMQP\x00\x00\x09\x01";
+                    feed(
+                        &mut r,
+                        &mut out,
+                        2 * i as u64 + 2,
+                        ts + 500,
+                        src,
+                        ep(S),
+                        1001,
+                        ACK | PSH,
+                        p,
+                    );
+                }
+                assert!(r.flow_count() <= 2000);
+                assert!(r.flows.len() <= 2001 && r.halves.len() <= 2 * 2001);
+                assert!(r.buffered_bytes() == 0);
+                if i % 1000 == 0 {
+                    out.clear(); // the events go downstream; only the state is kept
+                }
+            }
+            assert_eq!(r.stat(Stat::EvictedMaxFlows), 6000);
+            out.clear();
+            r.finish(&mut out);
+            assert_eq!(closes(&out).len(), 2000);
+        }
+    }
 }
