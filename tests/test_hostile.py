@@ -230,15 +230,8 @@ def test_body_size_2_64_minus_1() -> None:
     assert peak < 160 << 20
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="native path: decode_packets hands the core 2048 packets at a time (held in Python and "
-    "copied into the core: ~2 x 37 MiB of 65,000-byte packets here), and body-frame payloads and "
-    "the kept body are separate copies; the Python pipeline streamed packet by packet and shared "
-    "the payload bytes (peak ~104 MiB measured, ~57 MiB with batches of 16 packets)",
-)
 def test_body_size_2_64_minus_1_memory() -> None:
-    """The bound the Python pipeline met: the kept body (16 MiB) and one join of it."""
+    """The kept body (16 MiB) and the frames in flight: packets go to the core as they come."""
     _events, _stats, peak, _took = _run(_huge_body_packets())
     assert peak < 48 << 20
 
