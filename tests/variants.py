@@ -158,21 +158,21 @@ def _rebuild(
     map_port: Callable[[int], int] = lambda p: p,
     wrap: Callable[[bytes], bytes] = lambda b: b,
     linktype: int | None = None,
-    trim: tuple[int, int] = (0, 0),
+    edit: tuple[int, Callable[[bytes], tuple[bytes, int]]] | None = None,
 ) -> int:
     recs = []
     for p in read_packets(src):
         seg = parse(p)
         if seg is None:
             continue
-        cut = trim[1] if p.index == trim[0] else 0
+        payload, moved = edit[1](seg.payload) if edit is not None and p.index == edit[0] else (seg.payload, 0)
         frame = tcp_packet(
             (seg.src[0], map_port(seg.src[1])),
             (seg.dst[0], map_port(seg.dst[1])),
-            (seg.seq + cut) & 0xFFFFFFFF,
+            (seg.seq + moved) & 0xFFFFFFFF,
             seg.ack,
             seg.flags,
-            seg.payload[cut:],
+            payload,
             ipv6=ipv6,
             link=link,
         )
@@ -183,7 +183,19 @@ def _rebuild(
 def trim_payload(src: PathT, dst: PathT, index: int, n: int) -> int:
     """Rebuild with the first ``n`` payload bytes of packet ``index`` gone (its sequence number moved
     on by ``n``): a capture whose stream starts inside a frame. Indices unchanged."""
-    return _rebuild(src, dst, trim=(index, n))
+    return _rebuild(src, dst, edit=(index, lambda payload: (payload[n:], n)))
+
+
+def set_payload_byte(src: PathT, dst: PathT, index: int, offset: int, value: int) -> int:
+    """Rebuild with byte ``offset`` of packet ``index``'s payload (negative: from its end) set to
+    ``value``, e.g. a frame-end octet that is not 0xce. Indices unchanged."""
+
+    def edit(payload: bytes) -> tuple[bytes, int]:
+        b = bytearray(payload)
+        b[offset] = value
+        return bytes(b), 0
+
+    return _rebuild(src, dst, edit=(index, edit))
 
 
 def to_link(src: PathT, dst: PathT, link: str) -> int:
