@@ -3,7 +3,8 @@
 #   - a virtualenv in .venv with amqpscope (its native core built optimized by setuptools-rust) and its
 #     test extras (pytest, hypothesis, pamqp, pika, pyspark, ...)
 #   - Debian packages for the live tests: rabbitmq-server, tcpdump, tshark (tools/install-system-deps.sh)
-#   - the Rust checks: cargo fmt, clippy (-D warnings), cargo test; then ruff, mypy and pytest.
+#   - the Rust checks: cargo fmt, clippy (-D warnings), cargo test, a short cargo-fuzz run (10 s a target,
+#     AMQPSCOPE_FUZZ_SECONDS to change); then ruff, mypy and pytest.
 # Needs Rust (cargo) and Python 3.11+; Java 17 must be on the machine for the Spark tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +23,8 @@ echo "== cargo fmt, clippy, test"
 cargo fmt --all -- --check
 cargo clippy -q --workspace --all-targets -- -D warnings
 cargo test -q --workspace
+echo "== cargo fuzz smoke run"
+bash tools/fuzz-native.sh "${AMQPSCOPE_FUZZ_SECONDS:-10}"
 echo "== ruff, mypy"
 .venv/bin/ruff check -q .
 .venv/bin/mypy amqpscope cli
