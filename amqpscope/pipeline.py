@@ -23,8 +23,15 @@ from .packets import RawPacket
 
 Source = Union[str, "Path", IO[bytes]]
 Stage = Callable[[Iterator[Event]], Iterator[Event]]
-ACCOUNTING_FIELDS = ("stream_bytes", "frame_bytes", "header_bytes", "gap_bytes", "skipped_bytes", "pending_bytes",
-                     "frames")  # fmt: skip
+ACCOUNTING_FIELDS = (
+    "stream_bytes",
+    "frame_bytes",
+    "header_bytes",
+    "gap_bytes",
+    "skipped_bytes",
+    "pending_bytes",
+    "frames",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,26 +76,50 @@ class RunStats:
 
     def accounting_event(self, ts: float = 0.0) -> Accounting:
         a = self.accounting
-        return Accounting(packet=self.packets, ts=ts, conn=-1, stream_bytes=a.stream_bytes, frame_bytes=a.frame_bytes,
-                          header_bytes=a.header_bytes, gap_bytes=a.gap_bytes, skipped_bytes=a.skipped_bytes,
-                          pending_bytes=a.pending_bytes, frames=a.frames, packets=self.packets,
-                          tcp_packets=self.tcp_packets)  # fmt: skip
+        return Accounting(
+            packet=self.packets,
+            ts=ts,
+            conn=-1,
+            stream_bytes=a.stream_bytes,
+            frame_bytes=a.frame_bytes,
+            header_bytes=a.header_bytes,
+            gap_bytes=a.gap_bytes,
+            skipped_bytes=a.skipped_bytes,
+            pending_bytes=a.pending_bytes,
+            frames=a.frames,
+            packets=self.packets,
+            tcp_packets=self.tcp_packets,
+        )
 
 
 def _ports(options: Options) -> list[int]:
     return sorted(options.ports)
 
 
-def open_decoder(source: Source, codec: Codec | None = None, options: Options | None = None,
-                 max_packets: int | None = None, select: Callable[..., bool] | None = None) -> Any:  # fmt: skip
+def open_decoder(
+    source: Source,
+    codec: Codec | None = None,
+    options: Options | None = None,
+    max_packets: int | None = None,
+    select: Callable[..., bool] | None = None,
+) -> Any:
     """A native ``Decoder`` of a capture: a path ("-" for stdin) or a binary file object. Capture
     errors (``amqpscope.capture.CaptureError``) are raised here or by its batches."""
     codec, options = codec or get_codec(), options or Options()
-    return _native.Decoder(native_source(source), codec.tables, _ports(options), options.show_credentials,
-                           options.keep_bodies, max_packets, select)  # fmt: skip
+    return _native.Decoder(
+        native_source(source),
+        codec.tables,
+        _ports(options),
+        options.show_credentials,
+        options.keep_bodies,
+        max_packets,
+        select,
+    )
 
 
-def _drain(next_batch: Callable[[], Any], stats: RunStats | None, stats_of: Callable[[], dict[str, Any]]) -> Iterator[Any]:
+def _drain(
+    next_batch: Callable[[], Any], stats: RunStats | None, stats_of: Callable[[], dict[str, Any]]
+) -> Iterator[Any]:
     """Batches until the core says None; the stats are taken at the end, also after an error."""
     try:
         while (batch := next_batch()) is not None:
@@ -98,9 +129,15 @@ def _drain(next_batch: Callable[[], Any], stats: RunStats | None, stats_of: Call
             stats.update(stats_of())
 
 
-def decode_batches(source: Source, codec: Codec | None = None, options: Options | None = None,
-                   stats: RunStats | None = None, stages: Iterable[Stage] = (), max_packets: int | None = None,
-                   select: Callable[..., bool] | None = None) -> Iterator[list[Event]]:  # fmt: skip
+def decode_batches(
+    source: Source,
+    codec: Codec | None = None,
+    options: Options | None = None,
+    stats: RunStats | None = None,
+    stages: Iterable[Stage] = (),
+    max_packets: int | None = None,
+    select: Callable[..., bool] | None = None,
+) -> Iterator[list[Event]]:
     """The events of a capture in lists (one per trip into the core), through ``stages``: a stage
     with ``batches`` (the validator's) takes the lists, the others run per event.
 
@@ -112,30 +149,47 @@ def decode_batches(source: Source, codec: Codec | None = None, options: Options 
     return _staged(_drain(dec.events, stats, dec.stats), stages)
 
 
-def jsonl_batches(source: Source, codec: Codec | None = None, options: Options | None = None,
-                  stats: RunStats | None = None, body: str = "none", max_packets: int | None = None) -> Iterator[bytes]:  # fmt: skip
+def jsonl_batches(
+    source: Source,
+    codec: Codec | None = None,
+    options: Options | None = None,
+    stats: RunStats | None = None,
+    body: str = "none",
+    max_packets: int | None = None,
+) -> Iterator[bytes]:
     """The JSON lines of a capture's events, written by the core: no Python object per event."""
     dec = open_decoder(source, codec, options, max_packets)
     return _drain(lambda: dec.jsonl(body), stats, dec.stats)
 
 
-def decode_source(source: Source, codec: Codec | None = None, options: Options | None = None,
-                  stats: RunStats | None = None, stages: Iterable[Stage] = ()) -> Iterator[Event]:  # fmt: skip
+def decode_source(
+    source: Source,
+    codec: Codec | None = None,
+    options: Options | None = None,
+    stats: RunStats | None = None,
+    stages: Iterable[Stage] = (),
+) -> Iterator[Event]:
     """Every event of a capture, in order."""
     return chain.from_iterable(decode_batches(source, codec, options, stats, stages))
 
 
-def decode_packets(packets: Iterable[RawPacket], codec: Codec | None = None, options: Options | None = None,
-                   stats: RunStats | None = None, stages: Iterable[Stage] = (),
-                   idle_timeout_ns: int | None = None) -> Iterator[Event]:  # fmt: skip
+def decode_packets(
+    packets: Iterable[RawPacket],
+    codec: Codec | None = None,
+    options: Options | None = None,
+    stats: RunStats | None = None,
+    stages: Iterable[Stage] = (),
+    idle_timeout_ns: int | None = None,
+) -> Iterator[Event]:
     """Every event of packets Python already holds (live capture, synthetic captures), in order.
 
     ``idle_timeout_ns`` evicts flows without packets for that long (capture time); live capture sets
     it so that memory stays bounded over hours, files leave it off (their flows end at end of file).
     """
     codec, options = codec or get_codec(), options or Options()
-    engine = _native.Engine(codec.tables, _ports(options), options.show_credentials, options.keep_bodies,
-                            idle_timeout_ns)  # fmt: skip
+    engine = _native.Engine(
+        codec.tables, _ports(options), options.show_credentials, options.keep_bodies, idle_timeout_ns
+    )
     return chain.from_iterable(_staged(_engine_batches(engine, iter(packets), stats), stages))
 
 

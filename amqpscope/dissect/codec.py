@@ -64,8 +64,9 @@ class Codec:
 
     def decode_method(self, payload: bytes) -> DecodedMethod:
         class_id, method_id, name, known, args, problem = self._decoders.decode_method(payload)
-        return DecodedMethod(class_id, method_id, name, self.method(class_id, method_id) if known else None, args,
-                             problem)  # fmt: skip
+        return DecodedMethod(
+            class_id, method_id, name, self.method(class_id, method_id) if known else None, args, problem
+        )
 
     def decode_header(self, payload: bytes) -> DecodedHeader:
         return DecodedHeader(*self._decoders.decode_header(payload))
@@ -95,9 +96,13 @@ class Codec:
         return encode_frame(FRAME_METHOD, channel, self.encode_method(name, args))
 
     def content_frames(
-        self, channel: int, body: bytes, properties: dict[str, Any] | None = None, class_id: int = 60,
+        self,
+        channel: int,
+        body: bytes,
+        properties: dict[str, Any] | None = None,
+        class_id: int = 60,
         frame_max: int = 131072,
-    ) -> bytes:  # fmt: skip
+    ) -> bytes:
         """Header frame and body frames for one message, bodies split to fit ``frame_max``."""
         out = [encode_frame(FRAME_HEADER, channel, self.encode_header(class_id, len(body), properties))]
         chunk = max(1, frame_max - 8)

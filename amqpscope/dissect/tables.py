@@ -85,13 +85,25 @@ def server_opener(spec: Spec) -> tuple[int, int] | None:
 def compile_tables(spec: Spec) -> dict[str, Any]:
     opener = server_opener(spec)
     methods = [
-        {"class": m.class_index, "method": m.index, "name": m.full_name, "content": m.content,
-         "sent_by": sorted(m.sent_by()), "opens_stream": (m.class_index, m.index) == opener,
-         "reads": _reads(m.fields)}
+        {
+            "class": m.class_index,
+            "method": m.index,
+            "name": m.full_name,
+            "content": m.content,
+            "sent_by": sorted(m.sent_by()),
+            "opens_stream": (m.class_index, m.index) == opener,
+            "reads": _reads(m.fields),
+        }
         for m in spec.methods()
     ]
     classes = [{"class": c.index, "properties": [_property(f) for f in c.properties]} for c in spec.classes]
-    return {"format": FORMAT, "version": spec.version, "methods": methods, "classes": classes, "field_types": FIELD_TYPES}
+    return {
+        "format": FORMAT,
+        "version": spec.version,
+        "methods": methods,
+        "classes": classes,
+        "field_types": FIELD_TYPES,
+    }
 
 
 def to_json(spec: Spec) -> str:

@@ -23,6 +23,8 @@ _U32 = struct.Struct(">I")
 
 def encode_frame(ftype: int, channel: int, payload: bytes) -> bytes:
     return _HDR.pack(ftype, channel, len(payload)) + payload + b"\xce"
+
+
 # --- protocol headers ---------------------------------------------------------------------------
 
 PROTOCOL_VERSIONS = {

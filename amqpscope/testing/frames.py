@@ -50,9 +50,6 @@ def decode_frame(buf: bytes, off: int = 0, max_size: int = DEFAULT_MAX_FRAME) ->
     return Malformed(f"frame-end octet is 0x{buf[end]:02x}, not 0xce")
 
 
-
-
-
 def protocol_header(buf: bytes, off: int = 0) -> str | NeedMore | None:
     """The protocol version named by an ``AMQP`` header at ``off``, need-more, or None."""
     have = bytes(buf[off : off + 8])
