@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Fuzz the native core with cargo-fuzz (libFuzzer) on the stable toolchain.
 #   tools/fuzz-native.sh [SECONDS] [TARGET...]    default: 20 s each of frames, field_table, stream
-# cargo fuzz needs nightly's -Z flags: RUSTC_BOOTSTRAP=1 lets stable accept them. Seeds: the frames
-# of samples/*.pcap. Crashes land in crates/amqpscope-core/fuzz/artifacts/TARGET/.
+# cargo fuzz needs nightly's -Z flags: RUSTC_BOOTSTRAP=1 lets stable accept them. Seeds: the streams,
+# payloads and connections of samples/*.pcap (tools/fuzz_seeds.py). Crashes land in crates/amqpscope-core/fuzz/artifacts/TARGET/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-20}
@@ -13,6 +13,7 @@ command -v cargo-fuzz >/dev/null || cargo install -q cargo-fuzz
 py=.venv/bin/python
 [ -x "$py" ] || py=python3
 "$py" -m amqpscope.dissect.tables > crates/amqpscope-core/fuzz/tables.json
+[ -d crates/amqpscope-core/fuzz/corpus ] || "$py" tools/fuzz_seeds.py crates/amqpscope-core/fuzz/corpus
 export RUSTC_BOOTSTRAP=1
 cd crates/amqpscope-core
 for t in "${targets[@]}"; do
