@@ -1,0 +1,838 @@
+//! Arrow record batches of the Parquet tables, built from core events.
+//!
+//! The tables' one schema is derived in Python (`amqpscope/spark/schema.py`) and handed in as an
+//! Arrow `Schema`; a [`TableBuilder`] fills its columns BY NAME, the way `amqpscope/spark/rows.py`
+//! does from Python event objects, so that both build equal batches:
+//!
+//! - `kind`; the event base fields (`packet`, `ts`, `conn`, `dir`, `channel`) and each kind's own
+//!   fields under their `amqpscope/events.py` names (a field a kind does not have is null);
+//! - `time`: `ts` as a timestamp in microseconds, computed as rows.py does (float seconds × 1e6,
+//!   truncated), so the two never differ by a rounding;
+//! - the promoted argument and property columns (`PROMOTED_ARGS` / `PROMOTED_PROPERTIES` of
+//!   schema.py): the value of that key when its type is exactly the column's (a string for
+//!   string columns, an integer that fits an int64 for int64 columns, a bool for bool columns),
+//!   else null, as rows.py's exact class checks;
+//! - map<string,string> columns (`args`, `properties`, connection properties): strings as they
+//!   are, every other value as the JSON text `jsonl` writes for it (what rows.py's `map_items`
+//!   gets from orjson);
+//! - constant columns (capture, capture_id, capture_date) from the values given.
+//!
+//! A column name the core does not know, or a column whose Arrow type is not the one its field
+//! has, is an error when the builder is made: schema and core cannot drift apart silently.
+//! Rows go straight into Arrow builders; nothing is allocated per row beyond their growth.
+
+use std::sync::Arc;
+
+use arrow_array::builder::{
+    ArrayBuilder, BooleanBuilder, Float64Builder, Int64Builder, StringBuilder,
+    TimestampMicrosecondBuilder,
+};
+use arrow_array::{Array, ArrayRef, MapArray, StringArray, StructArray};
+use arrow_buffer::{NullBufferBuilder, OffsetBuffer, ScalarBuffer};
+use arrow_schema::{DataType, Field as ArrowField, FieldRef, TimeUnit};
+
+pub use arrow_array::ffi::FFI_ArrowArray;
+pub use arrow_array::RecordBatch;
+pub use arrow_schema::ffi::FFI_ArrowSchema;
+pub use arrow_schema::{ArrowError, Schema, SchemaRef};
+
+use crate::event::Event;
+use crate::jsonl::{write_hex, write_value};
+use crate::value::{Table, Value};
+
+/// `PROMOTED_ARGS` of schema.py: the method arguments with a typed column of the same name.
+pub const PROMOTED_ARGS: [&str; 15] = [
+    "exchange",
+    "routing_key",
+    "queue",
+    "consumer_tag",
+    "delivery_tag",
+    "multiple",
+    "requeue",
+    "redelivered",
+    "mandatory",
+    "no_ack",
+    "reply_code",
+    "reply_text",
+    "message_count",
+    "consumer_count",
+    "prefetch_count",
+];
+
+/// `PROMOTED_PROPERTIES` of schema.py: (property, column).
+pub const PROMOTED_PROPERTIES: [(&str, &str); 11] = [
+    ("content_type", "content_type"),
+    ("content_encoding", "content_encoding"),
+    ("delivery_mode", "delivery_mode"),
+    ("priority", "priority"),
+    ("correlation_id", "correlation_id"),
+    ("reply_to", "reply_to"),
+    ("expiration", "expiration"),
+    ("message_id", "message_id"),
+    ("type", "message_type"),
+    ("user_id", "user_id"),
+    ("app_id", "app_id"),
+];
+
+/// The kinds of events the core makes, in `Event` order.
+pub const KINDS: [&str; 8] = [
+    "protocol-header",
+    "frame",
+    "message",
+    "gap",
+    "resync",
+    "malformed",
+    "connection",
+    "accounting",
+];
+
+fn kind_bit(ev: &Event) -> u16 {
+    let i = match ev {
+        Event::ProtocolHeader(_) => 0,
+        Event::Frame(_) => 1,
+        Event::Message(_) => 2,
+        Event::Gap(_) => 3,
+        Event::Resync(_) => 4,
+        Event::Malformed(_) => 5,
+        Event::Connection(_) => 6,
+        Event::Accounting(_) => 7,
+    };
+    1 << i
+}
+
+/// The Arrow type a field's values take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ty {
+    Int,
+    Float,
+    Bool,
+    Str,
+    Map,
+}
+
+/// An event field stored in a column of the same name (`amqpscope/events.py` names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Field {
+    Packet,
+    Ts,
+    Conn,
+    Dir,
+    Channel,
+    // frame
+    Type,
+    Size,
+    ClassId,
+    MethodId,
+    Method,
+    Args,
+    BodySize,
+    Properties,
+    Resync,
+    Problem,
+    // protocol header, gap, resync, malformed
+    Version,
+    Raw,
+    LostFrame,
+    Skipped,
+    Reason,
+    Offset,
+    // message
+    BodyReceived,
+    Complete,
+    FirstPacket,
+    Frames,
+    BodySha256,
+    // connection
+    State,
+    Client,
+    Server,
+    SynSeen,
+    Ended,
+    FrameMax,
+    ChannelMax,
+    Heartbeat,
+    Mechanism,
+    User,
+    Password,
+    Vhost,
+    ClientProduct,
+    ClientVersion,
+    ClientPlatform,
+    ServerProduct,
+    ServerVersion,
+    CloseCode,
+    CloseText,
+    CloseBy,
+    FramesC2s,
+    FramesS2c,
+    BytesC2s,
+    BytesS2c,
+    ClientProperties,
+    ServerProperties,
+    // accounting
+    StreamBytes,
+    FrameBytes,
+    HeaderBytes,
+    GapBytes,
+    SkippedBytes,
+    PendingBytes,
+    Packets,
+    TcpPackets,
+}
+
+/// Every event field by column name, with its Arrow type.
+const FIELDS: [(&str, Field, Ty); 60] = [
+    ("packet", Field::Packet, Ty::Int),
+    ("ts", Field::Ts, Ty::Float),
+    ("conn", Field::Conn, Ty::Int),
+    ("dir", Field::Dir, Ty::Str),
+    ("channel", Field::Channel, Ty::Int),
+    ("type", Field::Type, Ty::Str),
+    ("size", Field::Size, Ty::Int),
+    ("class_id", Field::ClassId, Ty::Int),
+    ("method_id", Field::MethodId, Ty::Int),
+    ("method", Field::Method, Ty::Str),
+    ("args", Field::Args, Ty::Map),
+    ("body_size", Field::BodySize, Ty::Int),
+    ("properties", Field::Properties, Ty::Map),
+    ("resync", Field::Resync, Ty::Bool),
+    ("problem", Field::Problem, Ty::Str),
+    ("version", Field::Version, Ty::Str),
+    ("raw", Field::Raw, Ty::Str),
+    ("lost_frame", Field::LostFrame, Ty::Str),
+    ("skipped", Field::Skipped, Ty::Int),
+    ("reason", Field::Reason, Ty::Str),
+    ("offset", Field::Offset, Ty::Int),
+    ("body_received", Field::BodyReceived, Ty::Int),
+    ("complete", Field::Complete, Ty::Bool),
+    ("first_packet", Field::FirstPacket, Ty::Int),
+    ("frames", Field::Frames, Ty::Int),
+    ("body_sha256", Field::BodySha256, Ty::Str),
+    ("state", Field::State, Ty::Str),
+    ("client", Field::Client, Ty::Str),
+    ("server", Field::Server, Ty::Str),
+    ("syn_seen", Field::SynSeen, Ty::Bool),
+    ("ended", Field::Ended, Ty::Str),
+    ("frame_max", Field::FrameMax, Ty::Int),
+    ("channel_max", Field::ChannelMax, Ty::Int),
+    ("heartbeat", Field::Heartbeat, Ty::Int),
+    ("mechanism", Field::Mechanism, Ty::Str),
+    ("user", Field::User, Ty::Str),
+    ("password", Field::Password, Ty::Str),
+    ("vhost", Field::Vhost, Ty::Str),
+    ("client_product", Field::ClientProduct, Ty::Str),
+    ("client_version", Field::ClientVersion, Ty::Str),
+    ("client_platform", Field::ClientPlatform, Ty::Str),
+    ("server_product", Field::ServerProduct, Ty::Str),
+    ("server_version", Field::ServerVersion, Ty::Str),
+    ("close_code", Field::CloseCode, Ty::Int),
+    ("close_text", Field::CloseText, Ty::Str),
+    ("close_by", Field::CloseBy, Ty::Str),
+    ("frames_c2s", Field::FramesC2s, Ty::Int),
+    ("frames_s2c", Field::FramesS2c, Ty::Int),
+    ("bytes_c2s", Field::BytesC2s, Ty::Int),
+    ("bytes_s2c", Field::BytesS2c, Ty::Int),
+    ("client_properties", Field::ClientProperties, Ty::Map),
+    ("server_properties", Field::ServerProperties, Ty::Map),
+    ("stream_bytes", Field::StreamBytes, Ty::Int),
+    ("frame_bytes", Field::FrameBytes, Ty::Int),
+    ("header_bytes", Field::HeaderBytes, Ty::Int),
+    ("gap_bytes", Field::GapBytes, Ty::Int),
+    ("skipped_bytes", Field::SkippedBytes, Ty::Int),
+    ("pending_bytes", Field::PendingBytes, Ty::Int),
+    ("packets", Field::Packets, Ty::Int),
+    ("tcp_packets", Field::TcpPackets, Ty::Int),
+];
+
+/// One field of one event, borrowed.
+enum Cell<'a> {
+    Null,
+    Int(i64),
+    UInt(u64),
+    Float(f64),
+    Bool(bool),
+    Str(&'a str),
+    /// Written as lowercase hex text (the protocol header's raw bytes).
+    Hex(&'a [u8]),
+    Map(&'a Table),
+}
+
+fn opt_str(v: &Option<String>) -> Cell<'_> {
+    v.as_deref().map_or(Cell::Null, Cell::Str)
+}
+
+fn opt_int<T: Into<i64>>(v: Option<T>) -> Cell<'static> {
+    v.map_or(Cell::Null, |v| Cell::Int(v.into()))
+}
+
+fn opt_map(v: &Option<Table>) -> Cell<'_> {
+    v.as_ref().map_or(Cell::Null, Cell::Map)
+}
+
+impl Field {
+    /// This field of `ev`; null when its kind has no such field.
+    fn cell(self, ev: &Event) -> Cell<'_> {
+        use Event as E;
+        use Field as F;
+        let base = ev.base();
+        match (self, ev) {
+            (F::Packet, _) => Cell::UInt(base.packet),
+            (F::Ts, _) => Cell::Float(base.ts()),
+            (F::Conn, _) => Cell::Int(base.conn),
+            (F::Dir, _) => base.dir.map_or(Cell::Null, |d| Cell::Str(d.as_str())),
+            (F::Channel, _) => opt_int(base.channel),
+
+            (F::Type, E::Frame(e)) => Cell::Str(&e.ftype),
+            (F::Size, E::Frame(e)) => Cell::Int(e.size.into()),
+            (F::Size, E::Gap(e)) => Cell::UInt(e.size),
+            (F::ClassId, E::Frame(e)) => opt_int(e.class_id),
+            (F::MethodId, E::Frame(e)) => opt_int(e.method_id),
+            (F::Method, E::Frame(e)) => opt_str(&e.method),
+            (F::Method, E::Message(e)) => Cell::Str(&e.method),
+            (F::Args, E::Frame(e)) => opt_map(&e.args),
+            (F::Args, E::Message(e)) => Cell::Map(&e.args),
+            (F::BodySize, E::Frame(e)) => e.body_size.map_or(Cell::Null, Cell::UInt),
+            (F::BodySize, E::Message(e)) => Cell::UInt(e.body_size),
+            (F::Properties, E::Frame(e)) => opt_map(&e.properties),
+            (F::Properties, E::Message(e)) => Cell::Map(&e.properties),
+            (F::Resync, E::Frame(e)) => Cell::Bool(e.resync),
+            (F::Problem, E::Frame(e)) => opt_str(&e.problem),
+
+            (F::Version, E::ProtocolHeader(e)) => Cell::Str(&e.version),
+            (F::Version, E::Connection(e)) => opt_str(&e.version),
+            (F::Raw, E::ProtocolHeader(e)) => Cell::Hex(&e.raw),
+            (F::LostFrame, E::Gap(e)) => opt_str(&e.lost_frame),
+            (F::Skipped, E::Resync(e)) => Cell::UInt(e.skipped),
+            (F::Reason, E::Resync(e)) => Cell::Str(&e.reason),
+            (F::Reason, E::Malformed(e)) => Cell::Str(&e.reason),
+            (F::Offset, E::Malformed(e)) => Cell::UInt(e.offset),
+
+            (F::BodyReceived, E::Message(e)) => Cell::UInt(e.body_received),
+            (F::Complete, E::Message(e)) => Cell::Bool(e.complete),
+            (F::FirstPacket, E::Message(e)) => Cell::UInt(e.first_packet),
+            (F::Frames, E::Message(e)) => Cell::UInt(e.frames),
+            (F::Frames, E::Accounting(e)) => Cell::UInt(e.frames),
+            (F::BodySha256, E::Message(e)) => opt_str(&e.body_sha256),
+
+            (F::State, E::Connection(e)) => Cell::Str(&e.state),
+            (F::Client, E::Connection(e)) => Cell::Str(&e.client),
+            (F::Server, E::Connection(e)) => Cell::Str(&e.server),
+            (F::SynSeen, E::Connection(e)) => Cell::Bool(e.syn_seen),
+            (F::Ended, E::Connection(e)) => opt_str(&e.ended),
+            (F::FrameMax, E::Connection(e)) => opt_int(e.frame_max),
+            (F::ChannelMax, E::Connection(e)) => opt_int(e.channel_max),
+            (F::Heartbeat, E::Connection(e)) => opt_int(e.heartbeat),
+            (F::Mechanism, E::Connection(e)) => opt_str(&e.mechanism),
+            (F::User, E::Connection(e)) => opt_str(&e.user),
+            (F::Password, E::Connection(e)) => opt_str(&e.password),
+            (F::Vhost, E::Connection(e)) => opt_str(&e.vhost),
+            (F::ClientProduct, E::Connection(e)) => opt_str(&e.client_product),
+            (F::ClientVersion, E::Connection(e)) => opt_str(&e.client_version),
+            (F::ClientPlatform, E::Connection(e)) => opt_str(&e.client_platform),
+            (F::ServerProduct, E::Connection(e)) => opt_str(&e.server_product),
+            (F::ServerVersion, E::Connection(e)) => opt_str(&e.server_version),
+            (F::CloseCode, E::Connection(e)) => opt_int(e.close_code),
+            (F::CloseText, E::Connection(e)) => opt_str(&e.close_text),
+            (F::CloseBy, E::Connection(e)) => opt_str(&e.close_by),
+            (F::FramesC2s, E::Connection(e)) => Cell::UInt(e.frames_c2s),
+            (F::FramesS2c, E::Connection(e)) => Cell::UInt(e.frames_s2c),
+            (F::BytesC2s, E::Connection(e)) => Cell::UInt(e.bytes_c2s),
+            (F::BytesS2c, E::Connection(e)) => Cell::UInt(e.bytes_s2c),
+            (F::ClientProperties, E::Connection(e)) => opt_map(&e.client_properties),
+            (F::ServerProperties, E::Connection(e)) => opt_map(&e.server_properties),
+
+            (F::StreamBytes, E::Accounting(e)) => Cell::UInt(e.stream_bytes),
+            (F::FrameBytes, E::Accounting(e)) => Cell::UInt(e.frame_bytes),
+            (F::HeaderBytes, E::Accounting(e)) => Cell::UInt(e.header_bytes),
+            (F::GapBytes, E::Accounting(e)) => Cell::UInt(e.gap_bytes),
+            (F::SkippedBytes, E::Accounting(e)) => Cell::UInt(e.skipped_bytes),
+            (F::PendingBytes, E::Accounting(e)) => Cell::UInt(e.pending_bytes),
+            (F::Packets, E::Accounting(e)) => Cell::UInt(e.packets),
+            (F::TcpPackets, E::Accounting(e)) => Cell::UInt(e.tcp_packets),
+            _ => Cell::Null,
+        }
+    }
+}
+
+/// Where a column's values come from.
+enum Source {
+    Kind,
+    Const(String),
+    Time,
+    Field(Field),
+    /// Index into the promoted slots of a row (args first, then properties).
+    Promoted(usize),
+}
+
+/// A map<string,string> column under construction.
+struct MapColumn {
+    entries: FieldRef,
+    sorted: bool,
+    offsets: Vec<i32>,
+    keys: StringBuilder,
+    values: StringBuilder,
+    nulls: NullBufferBuilder,
+}
+
+impl MapColumn {
+    fn new(entries: FieldRef, sorted: bool) -> MapColumn {
+        MapColumn {
+            entries,
+            sorted,
+            offsets: vec![0],
+            keys: StringBuilder::new(),
+            values: StringBuilder::new(),
+            nulls: NullBufferBuilder::new(0),
+        }
+    }
+
+    fn append(&mut self, table: Option<&Table>, scratch: &mut Vec<u8>) -> Result<(), ArrowError> {
+        match table {
+            None => self.nulls.append_null(),
+            Some(t) => {
+                for (name, value) in t {
+                    self.keys.append_value(name);
+                    map_text(value, scratch);
+                    self.values.append_value(utf8(scratch)?);
+                }
+                self.nulls.append_non_null();
+            }
+        }
+        let end = i32::try_from(self.keys.len())
+            .map_err(|_| ArrowError::ComputeError("too many map entries in one batch".into()))?;
+        self.offsets.push(end);
+        Ok(())
+    }
+
+    fn finish(&mut self) -> Result<ArrayRef, ArrowError> {
+        let DataType::Struct(fields) = self.entries.data_type() else {
+            return Err(ArrowError::SchemaError(
+                "map entries are not a struct".into(),
+            ));
+        };
+        let keys: ArrayRef = Arc::new(self.keys.finish());
+        let values: ArrayRef = Arc::new(self.values.finish());
+        let entries = StructArray::try_new(fields.clone(), vec![keys, values], None)?;
+        let offsets = std::mem::replace(&mut self.offsets, vec![0]);
+        let offsets = OffsetBuffer::new(ScalarBuffer::from(offsets));
+        let map = MapArray::try_new(
+            self.entries.clone(),
+            offsets,
+            entries,
+            self.nulls.finish(),
+            self.sorted,
+        )?;
+        Ok(Arc::new(map))
+    }
+}
+
+/// A value as the text of a map<string,string> entry: a string as it is, anything else as the
+/// JSON `jsonl` writes for it (rows.py's `map_items`: `str`, `int.__repr__`, true/false, else
+/// orjson through `records._default`). `scratch` holds the text.
+pub fn map_text(v: &Value, scratch: &mut Vec<u8>) {
+    scratch.clear();
+    match v {
+        Value::Str(s) => scratch.extend_from_slice(s.as_bytes()),
+        other => write_value(scratch, other),
+    }
+}
+
+fn utf8(raw: &[u8]) -> Result<&str, ArrowError> {
+    std::str::from_utf8(raw).map_err(|e| ArrowError::ComputeError(format!("map text: {e}")))
+}
+
+enum Builder {
+    Int(Int64Builder),
+    Float(Float64Builder),
+    Bool(BooleanBuilder),
+    Str(StringBuilder),
+    Time(TimestampMicrosecondBuilder),
+    Map(MapColumn),
+}
+
+struct Column {
+    name: String,
+    data_type: DataType,
+    source: Source,
+    builder: Builder,
+}
+
+fn int_cell(b: &mut Int64Builder, cell: Cell<'_>, name: &str) -> Result<(), ArrowError> {
+    match cell {
+        Cell::Int(v) => b.append_value(v),
+        Cell::UInt(v) => match i64::try_from(v) {
+            Ok(v) => b.append_value(v),
+            Err(_) => {
+                return Err(ArrowError::ComputeError(format!(
+                    "{name}: {v} does not fit an int64 column"
+                )))
+            }
+        },
+        _ => b.append_null(),
+    }
+    Ok(())
+}
+
+impl Column {
+    fn append_cell(&mut self, cell: Cell<'_>, scratch: &mut Vec<u8>) -> Result<(), ArrowError> {
+        match &mut self.builder {
+            Builder::Int(b) => int_cell(b, cell, &self.name)?,
+            Builder::Float(b) => match cell {
+                Cell::Float(v) => b.append_value(v),
+                _ => b.append_null(),
+            },
+            Builder::Bool(b) => match cell {
+                Cell::Bool(v) => b.append_value(v),
+                _ => b.append_null(),
+            },
+            Builder::Str(b) => match cell {
+                Cell::Str(s) => b.append_value(s),
+                Cell::Hex(raw) => {
+                    scratch.clear();
+                    write_hex(scratch, raw);
+                    b.append_value(utf8(scratch)?);
+                }
+                _ => b.append_null(),
+            },
+            Builder::Time(b) => match cell {
+                Cell::Float(v) => b.append_value(micros(v)),
+                _ => b.append_null(),
+            },
+            Builder::Map(m) => match cell {
+                Cell::Map(t) => m.append(Some(t), scratch)?,
+                _ => m.append(None, scratch)?,
+            },
+        }
+        Ok(())
+    }
+
+    /// A promoted column: the value when its type is exactly the column's, else null.
+    fn append_promoted(&mut self, v: Option<&Value>) {
+        match &mut self.builder {
+            Builder::Int(b) => match v {
+                Some(Value::Int(i)) => b.append_value(*i),
+                _ => b.append_null(),
+            },
+            Builder::Bool(b) => match v {
+                Some(Value::Bool(x)) => b.append_value(*x),
+                _ => b.append_null(),
+            },
+            Builder::Str(b) => match v {
+                Some(Value::Str(s)) => b.append_value(s),
+                _ => b.append_null(),
+            },
+            // refused when the builder is made
+            Builder::Float(b) => b.append_null(),
+            Builder::Time(b) => b.append_null(),
+            Builder::Map(m) => m.nulls.append_null(),
+        }
+    }
+
+    fn finish(&mut self, rows: usize, kinds: &[&'static str]) -> Result<ArrayRef, ArrowError> {
+        let array: ArrayRef = match (&self.source, &mut self.builder) {
+            (Source::Const(v), _) => Arc::new(StringArray::from_iter_values(std::iter::repeat_n(
+                v.as_str(),
+                rows,
+            ))),
+            (Source::Kind, _) => Arc::new(StringArray::from_iter_values(kinds.iter())),
+            (_, Builder::Int(b)) => Arc::new(b.finish()),
+            (_, Builder::Float(b)) => Arc::new(b.finish()),
+            (_, Builder::Bool(b)) => Arc::new(b.finish()),
+            (_, Builder::Str(b)) => Arc::new(b.finish()),
+            (_, Builder::Time(b)) => Arc::new(b.finish().with_data_type(self.data_type.clone())),
+            (_, Builder::Map(m)) => m.finish()?,
+        };
+        Ok(array)
+    }
+}
+
+/// `time` as rows.py computes it: `cast(ts * 1e6, int64, safe=False)` (truncation).
+fn micros(ts: f64) -> i64 {
+    (ts * 1e6) as i64
+}
+
+/// A promoted key looked up in a row's args or properties.
+struct Promoted {
+    key: &'static str,
+    /// The column that receives it.
+    column: usize,
+}
+
+/// The rows of one table: events in, `RecordBatch`es out.
+pub struct TableBuilder {
+    schema: SchemaRef,
+    /// Bit i set: events of `KINDS[i]` belong here.
+    kinds: u16,
+    columns: Vec<Column>,
+    args: Vec<Promoted>,
+    properties: Vec<Promoted>,
+    /// The kind of each row (the `kind` column is built from it at `finish`).
+    row_kinds: Vec<&'static str>,
+    scratch: Vec<u8>,
+}
+
+fn bad_type(name: &str, want: &str, got: &DataType) -> ArrowError {
+    ArrowError::SchemaError(format!(
+        "column {name:?} must be {want} for the core, the schema says {got}"
+    ))
+}
+
+/// map<string, string>: its entries field and `keys_sorted`.
+fn string_map(name: &str, dt: &DataType) -> Result<(FieldRef, bool), ArrowError> {
+    if let DataType::Map(entries, sorted) = dt {
+        if let DataType::Struct(kv) = entries.data_type() {
+            let strings = |f: &Arc<ArrowField>| f.data_type() == &DataType::Utf8;
+            if kv.len() == 2 && kv.iter().all(strings) {
+                return Ok((entries.clone(), *sorted));
+            }
+        }
+    }
+    Err(bad_type(name, "map<string, string>", dt))
+}
+
+fn builder_of(name: &str, ty: Ty, dt: &DataType) -> Result<Builder, ArrowError> {
+    let b = match (ty, dt) {
+        (Ty::Int, DataType::Int64) => Builder::Int(Int64Builder::new()),
+        (Ty::Float, DataType::Float64) => Builder::Float(Float64Builder::new()),
+        (Ty::Bool, DataType::Boolean) => Builder::Bool(BooleanBuilder::new()),
+        (Ty::Str, DataType::Utf8) => Builder::Str(StringBuilder::new()),
+        (Ty::Map, _) => {
+            let (entries, sorted) = string_map(name, dt)?;
+            Builder::Map(MapColumn::new(entries, sorted))
+        }
+        (Ty::Int, _) => return Err(bad_type(name, "int64", dt)),
+        (Ty::Float, _) => return Err(bad_type(name, "double", dt)),
+        (Ty::Bool, _) => return Err(bad_type(name, "bool", dt)),
+        (Ty::Str, _) => return Err(bad_type(name, "string", dt)),
+    };
+    Ok(b)
+}
+
+impl TableBuilder {
+    /// A builder for `schema`, storing events of `kinds` (names as `Event::kind`), with the
+    /// columns named in `constants` filled with their value on every row.
+    pub fn new(
+        schema: SchemaRef,
+        kinds: &[&str],
+        constants: &[(&str, &str)],
+    ) -> Result<TableBuilder, ArrowError> {
+        let mut mask = 0u16;
+        for kind in kinds {
+            let Some(i) = KINDS.iter().position(|k| k == kind) else {
+                return Err(ArrowError::SchemaError(format!(
+                    "the core makes no {kind:?} events"
+                )));
+            };
+            mask |= 1 << i;
+        }
+        let mut columns = Vec::with_capacity(schema.fields().len());
+        let mut args = Vec::new();
+        let mut properties = Vec::new();
+        for (i, f) in schema.fields().iter().enumerate() {
+            let name = f.name().as_str();
+            let dt = f.data_type();
+            let (source, builder) = if let Some((_, v)) = constants.iter().find(|(c, _)| *c == name)
+            {
+                if dt != &DataType::Utf8 {
+                    return Err(bad_type(name, "string (a constant)", dt));
+                }
+                (
+                    Source::Const((*v).to_owned()),
+                    Builder::Str(StringBuilder::new()),
+                )
+            } else if name == "kind" {
+                if dt != &DataType::Utf8 {
+                    return Err(bad_type(name, "string", dt));
+                }
+                (Source::Kind, Builder::Str(StringBuilder::new()))
+            } else if name == "time" {
+                if !matches!(dt, DataType::Timestamp(TimeUnit::Microsecond, _)) {
+                    return Err(bad_type(name, "timestamp[us]", dt));
+                }
+                (
+                    Source::Time,
+                    Builder::Time(TimestampMicrosecondBuilder::new()),
+                )
+            } else if let Some((_, field, ty)) = FIELDS.iter().find(|(n, _, _)| *n == name) {
+                (Source::Field(*field), builder_of(name, *ty, dt)?)
+            } else if let Some(key) = PROMOTED_ARGS.iter().find(|k| **k == name) {
+                args.push(Promoted { key, column: i });
+                (Source::Promoted(0), promoted_builder(name, dt)?)
+            } else if let Some((key, _)) = PROMOTED_PROPERTIES.iter().find(|(_, c)| *c == name) {
+                properties.push(Promoted { key, column: i });
+                (Source::Promoted(0), promoted_builder(name, dt)?)
+            } else {
+                return Err(ArrowError::SchemaError(format!(
+                    "column {name:?} is not known to the core (no event field, promoted argument or property, or constant of that name)"
+                )));
+            };
+            columns.push(Column {
+                name: name.to_owned(),
+                data_type: dt.clone(),
+                source,
+                builder,
+            });
+        }
+        // the slot of each promoted column in a row's lookups: args first, then properties
+        for (slot, p) in args.iter().chain(properties.iter()).enumerate() {
+            if let Some(c) = columns.get_mut(p.column) {
+                c.source = Source::Promoted(slot);
+            }
+        }
+        Ok(TableBuilder {
+            schema,
+            kinds: mask,
+            columns,
+            args,
+            properties,
+            row_kinds: Vec::new(),
+            scratch: Vec::with_capacity(256),
+        })
+    }
+
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    /// Rows appended since the last `finish`.
+    pub fn len(&self) -> usize {
+        self.row_kinds.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.row_kinds.is_empty()
+    }
+
+    /// Whether events of this kind are rows of this table.
+    pub fn takes(&self, ev: &Event) -> bool {
+        self.kinds & kind_bit(ev) != 0
+    }
+
+    /// Append the events of this table's kinds (others are passed over).
+    pub fn append(&mut self, events: &[Event]) -> Result<(), ArrowError> {
+        let mut slots: Vec<Option<&Value>> = vec![None; self.args.len() + self.properties.len()];
+        for ev in events {
+            if self.takes(ev) {
+                self.append_one(ev, &mut slots)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn append_one<'e>(
+        &mut self,
+        ev: &'e Event,
+        slots: &mut [Option<&'e Value>],
+    ) -> Result<(), ArrowError> {
+        if !slots.is_empty() {
+            slots.fill(None);
+            let (args, props) = match ev {
+                Event::Frame(e) => (e.args.as_ref(), e.properties.as_ref()),
+                Event::Message(e) => (Some(&e.args), Some(&e.properties)),
+                _ => (None, None),
+            };
+            let (arg_slots, prop_slots) = slots.split_at_mut(self.args.len());
+            lookup(args, &self.args, arg_slots);
+            lookup(props, &self.properties, prop_slots);
+        }
+        let base = ev.base();
+        let scratch = &mut self.scratch;
+        for col in &mut self.columns {
+            match col.source {
+                Source::Kind | Source::Const(_) => {}
+                Source::Time => col.append_cell(Cell::Float(base.ts()), scratch)?,
+                Source::Field(f) => col.append_cell(f.cell(ev), scratch)?,
+                Source::Promoted(slot) => col.append_promoted(slots.get(slot).copied().flatten()),
+            }
+        }
+        self.row_kinds.push(ev.kind());
+        Ok(())
+    }
+
+    /// The rows appended so far as one batch in schema order; the builder starts afresh.
+    pub fn finish(&mut self) -> Result<RecordBatch, ArrowError> {
+        let rows = self.row_kinds.len();
+        let mut arrays = Vec::with_capacity(self.columns.len());
+        for col in &mut self.columns {
+            arrays.push(col.finish(rows, &self.row_kinds)?);
+        }
+        self.row_kinds.clear();
+        RecordBatch::try_new(self.schema.clone(), arrays)
+    }
+}
+
+fn promoted_builder(name: &str, dt: &DataType) -> Result<Builder, ArrowError> {
+    match dt {
+        DataType::Int64 => Ok(Builder::Int(Int64Builder::new())),
+        DataType::Boolean => Ok(Builder::Bool(BooleanBuilder::new())),
+        DataType::Utf8 => Ok(Builder::Str(StringBuilder::new())),
+        _ => Err(bad_type(name, "string, int64 or bool (promoted)", dt)),
+    }
+}
+
+/// One pass over a row's table: each promoted key's value into its slot.
+fn lookup<'e>(table: Option<&'e Table>, keys: &[Promoted], slots: &mut [Option<&'e Value>]) {
+    let Some(table) = table else {
+        return;
+    };
+    for (name, value) in table {
+        if let Some(i) = keys.iter().position(|p| p.key == &**name) {
+            if let Some(slot) = slots.get_mut(i) {
+                *slot = Some(value);
+            }
+        }
+    }
+}
+
+/// A batch as the Arrow C data interface's array and schema (a struct array of the columns):
+/// what `__arrow_c_array__` hands out. The buffers are shared, not copied.
+pub fn to_ffi(batch: &RecordBatch) -> Result<(FFI_ArrowArray, FFI_ArrowSchema), ArrowError> {
+    let data = StructArray::from(batch.clone()).into_data();
+    let schema = FFI_ArrowSchema::try_from(batch.schema().as_ref())?;
+    Ok((FFI_ArrowArray::new(&data), schema))
+}
+
+/// The schema behind an imported C data interface schema (borrowed: the caller keeps it).
+pub fn schema_from_ffi(ffi: &FFI_ArrowSchema) -> Result<Schema, ArrowError> {
+    Schema::try_from(ffi)
+}
+
+/// Events to the batches of several tables at once, each event to the table of its kind.
+pub struct Tables {
+    tables: Vec<(String, TableBuilder)>,
+}
+
+impl Tables {
+    /// `tables`: (name, schema, kinds); `constants` as for `TableBuilder::new`.
+    pub fn new(
+        tables: Vec<(String, SchemaRef, Vec<String>)>,
+        constants: &[(&str, &str)],
+    ) -> Result<Tables, ArrowError> {
+        let mut out = Vec::with_capacity(tables.len());
+        for (name, schema, kinds) in tables {
+            let kinds: Vec<&str> = kinds.iter().map(String::as_str).collect();
+            let builder = TableBuilder::new(schema, &kinds, constants)
+                .map_err(|e| ArrowError::SchemaError(format!("table {name:?}: {e}")))?;
+            out.push((name, builder));
+        }
+        Ok(Tables { tables: out })
+    }
+
+    pub fn append(&mut self, events: &[Event]) -> Result<(), ArrowError> {
+        for (_, t) in &mut self.tables {
+            t.append(events)?;
+        }
+        Ok(())
+    }
+
+    /// The batch of every table that has rows, in the order the tables were given.
+    pub fn finish(&mut self) -> Result<Vec<(String, RecordBatch)>, ArrowError> {
+        let mut out = Vec::new();
+        for (name, t) in &mut self.tables {
+            if !t.is_empty() {
+                out.push((name.clone(), t.finish()?));
+            }
+        }
+        Ok(out)
+    }
+}
