@@ -836,3 +836,281 @@ impl Tables {
         Ok(out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{Base, Dir, Frame, Gap, Message};
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{Int64Type, TimestampMicrosecondType};
+
+    fn name(s: &str) -> crate::value::Name {
+        Arc::from(s)
+    }
+
+    /// The texts are what rows.py's `map_items` gives for the Python values the binding makes
+    /// of each variant (str, bool, int, float, Decimal, bytes, Timestamp, dict, list, Problem).
+    #[test]
+    fn map_text_of_every_value() {
+        let cases = [
+            (Value::Null, "null"),
+            (Value::Bool(true), "true"),
+            (Value::Bool(false), "false"),
+            (Value::Int(-42), "-42"),
+            (Value::UInt(u64::MAX), "18446744073709551615"),
+            (Value::Float(1.5), "1.5"),
+            (Value::Float(f64::NAN), "null"),
+            (Value::Float(1e16), "1e+16"),
+            (
+                Value::Decimal {
+                    scale: 2,
+                    digits: 150,
+                },
+                "\"1.50\"",
+            ),
+            (
+                Value::Decimal {
+                    scale: 7,
+                    digits: 1,
+                },
+                "\"1E-7\"",
+            ),
+            (Value::Str("a\"b\n/é".into()), "a\"b\n/é"),
+            (Value::Bytes(vec![0, 0xff]), "{\"hex\":\"00ff\"}"),
+            (Value::Timestamp(1_700_000_000), "1700000000"),
+            (
+                Value::Table(vec![
+                    (name("k"), Value::Str("v".into())),
+                    (name("n"), Value::Int(1)),
+                    (name("x"), Value::Bytes(vec![1])),
+                ]),
+                "{\"k\":\"v\",\"n\":1,\"x\":{\"hex\":\"01\"}}",
+            ),
+            (
+                Value::Array(vec![
+                    Value::Int(1),
+                    Value::Str("two".into()),
+                    Value::Null,
+                    Value::Float(2.0),
+                ]),
+                "[1,\"two\",null,2.0]",
+            ),
+            (
+                Value::Problem("bad \"table\"".into()),
+                "\"bad \\\"table\\\"\"",
+            ),
+            (Value::Table(vec![]), "{}"),
+            (Value::Array(vec![]), "[]"),
+        ];
+        let mut scratch = Vec::new();
+        for (v, want) in cases {
+            map_text(&v, &mut scratch);
+            assert_eq!(String::from_utf8_lossy(&scratch), want, "{v:?}");
+        }
+    }
+
+    fn map_type() -> DataType {
+        let entries = ArrowField::new(
+            "entries",
+            DataType::Struct(
+                vec![
+                    ArrowField::new("key", DataType::Utf8, false),
+                    ArrowField::new("value", DataType::Utf8, true),
+                ]
+                .into(),
+            ),
+            false,
+        );
+        DataType::Map(Arc::new(entries), false)
+    }
+
+    fn schema(extra: &[(&str, DataType)]) -> SchemaRef {
+        let mut fields = vec![
+            ArrowField::new("capture", DataType::Utf8, false),
+            ArrowField::new("kind", DataType::Utf8, false),
+            ArrowField::new("packet", DataType::Int64, false),
+            ArrowField::new("ts", DataType::Float64, false),
+            ArrowField::new(
+                "time",
+                DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+                false,
+            ),
+            ArrowField::new("dir", DataType::Utf8, true),
+            ArrowField::new("channel", DataType::Int64, true),
+            ArrowField::new("size", DataType::Int64, true),
+            ArrowField::new("method", DataType::Utf8, true),
+            ArrowField::new("args", map_type(), true),
+            ArrowField::new("lost_frame", DataType::Utf8, true),
+            ArrowField::new("exchange", DataType::Utf8, true),
+            ArrowField::new("delivery_tag", DataType::Int64, true),
+            ArrowField::new("mandatory", DataType::Boolean, true),
+            ArrowField::new("message_type", DataType::Utf8, true),
+        ];
+        for (n, dt) in extra {
+            fields.push(ArrowField::new(*n, dt.clone(), true));
+        }
+        Arc::new(Schema::new(fields))
+    }
+
+    const CONSTANTS: [(&str, &str); 1] = [("capture", "file:x.pcap")];
+
+    #[test]
+    fn unknown_column_is_an_error() {
+        let s = schema(&[("severity", DataType::Utf8)]);
+        let err = TableBuilder::new(s, &["frame"], &CONSTANTS)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("\"severity\" is not known"), "{err}");
+    }
+
+    #[test]
+    fn wrong_type_is_an_error() {
+        let s = schema(&[("offset", DataType::Utf8)]);
+        let err = TableBuilder::new(s, &["frame"], &CONSTANTS)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("\"offset\" must be int64"), "{err}");
+        // a constant must be a string column, a promoted column a string, int64 or bool
+        let s = schema(&[("routing_key", DataType::Float64)]);
+        assert!(TableBuilder::new(s, &["frame"], &CONSTANTS).is_err());
+        let s = schema(&[]);
+        assert!(TableBuilder::new(s, &["frame"], &[("packet", "1")]).is_err());
+    }
+
+    #[test]
+    fn unknown_kind_is_an_error() {
+        assert!(TableBuilder::new(schema(&[]), &["finding"], &CONSTANTS).is_err());
+    }
+
+    fn base(packet: u64, ts_ns: i64) -> Base {
+        Base {
+            packet,
+            ts_ns,
+            conn: 0,
+            dir: Some(Dir::C2S),
+            channel: Some(1),
+        }
+    }
+
+    #[test]
+    fn rows_by_name() -> Result<(), ArrowError> {
+        let args = vec![
+            (name("ticket"), Value::Int(0)),
+            (name("exchange"), Value::Str("ex".into())),
+            (name("routing_key"), Value::Str("rk".into())),
+            (name("mandatory"), Value::Bool(true)),
+            (name("delivery_tag"), Value::UInt(u64::MAX)), // not an int64: null
+        ];
+        let frame = Frame {
+            base: base(3, 1_700_000_000_123_456_789),
+            ftype: "method".into(),
+            size: 20,
+            class_id: Some(60),
+            method_id: Some(40),
+            method: Some("basic.publish".into()),
+            args: Some(args.clone()),
+            body_size: None,
+            properties: None,
+            resync: false,
+            problem: None,
+            payload: None,
+        };
+        let gap = Gap {
+            base: base(4, 1_700_000_001_000_000_000),
+            size: 100,
+            lost_frame: Some("body".into()),
+        };
+        let message = Message {
+            base: base(5, 0),
+            method: "basic.publish".into(),
+            args,
+            properties: vec![(name("type"), Value::Str("t".into()))],
+            body_size: 0,
+            body_received: 0,
+            complete: true,
+            first_packet: 3,
+            frames: 2,
+            body_sha256: None,
+            body: None,
+        };
+        let events = [
+            Event::Frame(Box::new(frame)),
+            Event::Message(Box::new(message)),
+            Event::Gap(gap),
+        ];
+        let mut b = TableBuilder::new(schema(&[]), &["frame", "gap"], &CONSTANTS)?;
+        b.append(&events)?;
+        assert_eq!(b.len(), 2); // the message is not of this table's kinds
+        let batch = b.finish()?;
+        assert!(b.is_empty());
+        let col = |n: &str| batch.column_by_name(n).cloned();
+        let strings = |n: &str| -> Vec<Option<String>> {
+            col(n)
+                .map(|c| {
+                    c.as_string::<i32>()
+                        .iter()
+                        .map(|s| s.map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let ints = |n: &str| -> Vec<Option<i64>> {
+            col(n)
+                .map(|c| c.as_primitive::<Int64Type>().iter().collect())
+                .unwrap_or_default()
+        };
+        let some = |s: &str| Some(s.to_owned());
+        assert_eq!(
+            strings("capture"),
+            [some("file:x.pcap"), some("file:x.pcap")]
+        );
+        assert_eq!(strings("kind"), [some("frame"), some("gap")]);
+        assert_eq!(ints("packet"), [Some(3), Some(4)]);
+        assert_eq!(ints("size"), [Some(20), Some(100)]);
+        assert_eq!(strings("method"), [some("basic.publish"), None]);
+        assert_eq!(strings("lost_frame"), [None, some("body")]);
+        assert_eq!(strings("exchange"), [some("ex"), None]);
+        assert_eq!(ints("delivery_tag"), [None, None]);
+        assert_eq!(strings("message_type"), [None, None]);
+        let times: Vec<Option<i64>> = col("time")
+            .map(|c| {
+                c.as_primitive::<TimestampMicrosecondType>()
+                    .iter()
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert_eq!(
+            times,
+            [Some(1_700_000_000_123_456), Some(1_700_000_001_000_000)]
+        );
+        let args = col("args").map(|c| c.as_map().clone());
+        let args = args.ok_or_else(|| ArrowError::ComputeError("no args".into()))?;
+        assert!(args.is_valid(0) && args.is_null(1));
+        let values: Vec<Option<&str>> = args.values().as_string::<i32>().iter().collect();
+        assert_eq!(
+            values,
+            [
+                Some("0"),
+                Some("ex"),
+                Some("rk"),
+                Some("true"),
+                Some("18446744073709551615")
+            ]
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn out_of_range_is_an_error() -> Result<(), ArrowError> {
+        let gap = Gap {
+            base: base(1, 0),
+            size: u64::MAX,
+            lost_frame: None,
+        };
+        let mut b = TableBuilder::new(schema(&[]), &["gap"], &CONSTANTS)?;
+        assert!(b.append(&[Event::Gap(gap)]).is_err());
+        Ok(())
+    }
+}
