@@ -38,7 +38,7 @@ pub use arrow_schema::{ArrowError, Schema, SchemaRef};
 
 use crate::event::Event;
 use crate::jsonl::{write_hex, write_value};
-use crate::value::{Table, Value};
+use crate::value::{get, Table, Value};
 
 /// `PROMOTED_ARGS` of schema.py: the method arguments with a typed column of the same name.
 pub const PROMOTED_ARGS: [&str; 15] = [
@@ -360,8 +360,8 @@ enum Source {
     Const(String),
     Time,
     Field(Field),
-    /// Index into the promoted slots of a row (args first, then properties).
-    Promoted(usize),
+    /// A key of the event's `args` (false) or `properties` (true).
+    Promoted(bool, &'static str),
 }
 
 /// A map<string,string> column under construction.
@@ -450,6 +450,28 @@ enum Builder {
     Map(MapColumn),
 }
 
+impl Builder {
+    /// An empty builder of the same type with room for `rows` rows.
+    fn fresh(&self, rows: usize) -> Builder {
+        match self {
+            Builder::Int(_) => Builder::Int(Int64Builder::with_capacity(rows)),
+            Builder::Float(_) => Builder::Float(Float64Builder::with_capacity(rows)),
+            Builder::Bool(_) => Builder::Bool(BooleanBuilder::with_capacity(rows)),
+            Builder::Str(_) => Builder::Str(StringBuilder::with_capacity(rows, rows * 8)),
+            Builder::Time(_) => Builder::Time(TimestampMicrosecondBuilder::with_capacity(rows)),
+            Builder::Map(m) => {
+                let mut fresh = MapColumn::new(m.entries.clone(), m.sorted);
+                let entries = rows * 4;
+                fresh.offsets.reserve(rows);
+                fresh.keys = StringBuilder::with_capacity(entries, entries * 12);
+                fresh.values = StringBuilder::with_capacity(entries, entries * 12);
+                fresh.nulls = NullBufferBuilder::new(rows);
+                Builder::Map(fresh)
+            }
+        }
+    }
+}
+
 struct Column {
     name: String,
     data_type: DataType,
@@ -457,74 +479,127 @@ struct Column {
     builder: Builder,
 }
 
-fn int_cell(b: &mut Int64Builder, cell: Cell<'_>, name: &str) -> Result<(), ArrowError> {
-    match cell {
-        Cell::Int(v) => b.append_value(v),
-        Cell::UInt(v) => match i64::try_from(v) {
-            Ok(v) => b.append_value(v),
-            Err(_) => {
-                return Err(ArrowError::ComputeError(format!(
-                    "{name}: {v} does not fit an int64 column"
-                )))
-            }
-        },
-        _ => b.append_null(),
-    }
-    Ok(())
-}
-
 impl Column {
-    fn append_cell(&mut self, cell: Cell<'_>, scratch: &mut Vec<u8>) -> Result<(), ArrowError> {
-        match &mut self.builder {
-            Builder::Int(b) => int_cell(b, cell, &self.name)?,
-            Builder::Float(b) => match cell {
-                Cell::Float(v) => b.append_value(v),
-                _ => b.append_null(),
-            },
-            Builder::Bool(b) => match cell {
-                Cell::Bool(v) => b.append_value(v),
-                _ => b.append_null(),
-            },
-            Builder::Str(b) => match cell {
-                Cell::Str(s) => b.append_value(s),
-                Cell::Hex(raw) => {
-                    scratch.clear();
-                    write_hex(scratch, raw);
-                    b.append_value(utf8(scratch)?);
+    /// This column's values of `rows`, one tight loop per column (the source and the builder
+    /// type are matched once per batch, not once per row).
+    fn append_rows(&mut self, rows: &[&Event], scratch: &mut Vec<u8>) -> Result<(), ArrowError> {
+        match self.source {
+            Source::Kind | Source::Const(_) => {}
+            Source::Time => {
+                if let Builder::Time(b) = &mut self.builder {
+                    for ev in rows {
+                        b.append_value(micros(ev.base().ts()));
+                    }
                 }
-                _ => b.append_null(),
-            },
-            Builder::Time(b) => match cell {
-                Cell::Float(v) => b.append_value(micros(v)),
-                _ => b.append_null(),
-            },
-            Builder::Map(m) => match cell {
-                Cell::Map(t) => m.append(Some(t), scratch)?,
-                _ => m.append(None, scratch)?,
-            },
+            }
+            Source::Field(f) => self.append_field(f, rows, scratch)?,
+            Source::Promoted(props, key) => self.append_promoted(props, key, rows),
         }
         Ok(())
     }
 
-    /// A promoted column: the value when its type is exactly the column's, else null.
-    fn append_promoted(&mut self, v: Option<&Value>) {
+    fn append_field(
+        &mut self,
+        f: Field,
+        rows: &[&Event],
+        scratch: &mut Vec<u8>,
+    ) -> Result<(), ArrowError> {
         match &mut self.builder {
-            Builder::Int(b) => match v {
-                Some(Value::Int(i)) => b.append_value(*i),
-                _ => b.append_null(),
-            },
-            Builder::Bool(b) => match v {
-                Some(Value::Bool(x)) => b.append_value(*x),
-                _ => b.append_null(),
-            },
-            Builder::Str(b) => match v {
-                Some(Value::Str(s)) => b.append_value(s),
-                _ => b.append_null(),
-            },
+            Builder::Int(b) => {
+                for ev in rows {
+                    match f.cell(ev) {
+                        Cell::Int(v) => b.append_value(v),
+                        Cell::UInt(v) => match i64::try_from(v) {
+                            Ok(v) => b.append_value(v),
+                            Err(_) => {
+                                return Err(ArrowError::ComputeError(format!(
+                                    "{}: {v} does not fit an int64 column",
+                                    self.name
+                                )))
+                            }
+                        },
+                        _ => b.append_null(),
+                    }
+                }
+            }
+            Builder::Float(b) => {
+                for ev in rows {
+                    match f.cell(ev) {
+                        Cell::Float(v) => b.append_value(v),
+                        _ => b.append_null(),
+                    }
+                }
+            }
+            Builder::Bool(b) => {
+                for ev in rows {
+                    match f.cell(ev) {
+                        Cell::Bool(v) => b.append_value(v),
+                        _ => b.append_null(),
+                    }
+                }
+            }
+            Builder::Str(b) => {
+                for ev in rows {
+                    match f.cell(ev) {
+                        Cell::Str(s) => b.append_value(s),
+                        Cell::Hex(raw) => {
+                            scratch.clear();
+                            write_hex(scratch, raw);
+                            b.append_value(utf8(scratch)?);
+                        }
+                        _ => b.append_null(),
+                    }
+                }
+            }
+            Builder::Time(b) => {
+                for ev in rows {
+                    match f.cell(ev) {
+                        Cell::Float(v) => b.append_value(micros(v)),
+                        _ => b.append_null(),
+                    }
+                }
+            }
+            Builder::Map(m) => {
+                for ev in rows {
+                    match f.cell(ev) {
+                        Cell::Map(t) => m.append(Some(t), scratch)?,
+                        _ => m.append(None, scratch)?,
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A promoted column: the value of `key` when its type is exactly the column's, else null.
+    fn append_promoted(&mut self, props: bool, key: &str, rows: &[&Event]) {
+        match &mut self.builder {
+            Builder::Int(b) => {
+                for ev in rows {
+                    match promoted_value(ev, props, key) {
+                        Some(Value::Int(i)) => b.append_value(*i),
+                        _ => b.append_null(),
+                    }
+                }
+            }
+            Builder::Bool(b) => {
+                for ev in rows {
+                    match promoted_value(ev, props, key) {
+                        Some(Value::Bool(x)) => b.append_value(*x),
+                        _ => b.append_null(),
+                    }
+                }
+            }
+            Builder::Str(b) => {
+                for ev in rows {
+                    match promoted_value(ev, props, key) {
+                        Some(Value::Str(s)) => b.append_value(s),
+                        _ => b.append_null(),
+                    }
+                }
+            }
             // refused when the builder is made
-            Builder::Float(b) => b.append_null(),
-            Builder::Time(b) => b.append_null(),
-            Builder::Map(m) => m.nulls.append_null(),
+            Builder::Float(_) | Builder::Time(_) | Builder::Map(_) => {}
         }
     }
 
@@ -551,12 +626,9 @@ fn micros(ts: f64) -> i64 {
     (ts * 1e6) as i64
 }
 
-/// A promoted key looked up in a row's args or properties.
-struct Promoted {
-    key: &'static str,
-    /// The column that receives it.
-    column: usize,
-}
+/// Rows appended column by column at a time: the source and builder type are matched once per
+/// column and chunk, and the chunk's events stay in cache across its columns.
+const CHUNK_ROWS: usize = 128;
 
 /// The rows of one table: events in, `RecordBatch`es out.
 pub struct TableBuilder {
@@ -564,8 +636,6 @@ pub struct TableBuilder {
     /// Bit i set: events of `KINDS[i]` belong here.
     kinds: u16,
     columns: Vec<Column>,
-    args: Vec<Promoted>,
-    properties: Vec<Promoted>,
     /// The kind of each row (the `kind` column is built from it at `finish`).
     row_kinds: Vec<&'static str>,
     scratch: Vec<u8>,
@@ -626,9 +696,7 @@ impl TableBuilder {
             mask |= 1 << i;
         }
         let mut columns = Vec::with_capacity(schema.fields().len());
-        let mut args = Vec::new();
-        let mut properties = Vec::new();
-        for (i, f) in schema.fields().iter().enumerate() {
+        for f in schema.fields().iter() {
             let name = f.name().as_str();
             let dt = f.data_type();
             let (source, builder) = if let Some((_, v)) = constants.iter().find(|(c, _)| *c == name)
@@ -656,11 +724,9 @@ impl TableBuilder {
             } else if let Some((_, field, ty)) = FIELDS.iter().find(|(n, _, _)| *n == name) {
                 (Source::Field(*field), builder_of(name, *ty, dt)?)
             } else if let Some(key) = PROMOTED_ARGS.iter().find(|k| **k == name) {
-                args.push(Promoted { key, column: i });
-                (Source::Promoted(0), promoted_builder(name, dt)?)
+                (Source::Promoted(false, key), promoted_builder(name, dt)?)
             } else if let Some((key, _)) = PROMOTED_PROPERTIES.iter().find(|(_, c)| *c == name) {
-                properties.push(Promoted { key, column: i });
-                (Source::Promoted(0), promoted_builder(name, dt)?)
+                (Source::Promoted(true, key), promoted_builder(name, dt)?)
             } else {
                 return Err(ArrowError::SchemaError(format!(
                     "column {name:?} is not known to the core (no event field, promoted argument or property, or constant of that name)"
@@ -673,18 +739,10 @@ impl TableBuilder {
                 builder,
             });
         }
-        // the slot of each promoted column in a row's lookups: args first, then properties
-        for (slot, p) in args.iter().chain(properties.iter()).enumerate() {
-            if let Some(c) = columns.get_mut(p.column) {
-                c.source = Source::Promoted(slot);
-            }
-        }
         Ok(TableBuilder {
             schema,
             kinds: mask,
             columns,
-            args,
-            properties,
             row_kinds: Vec::new(),
             scratch: Vec::with_capacity(256),
         })
@@ -708,44 +766,28 @@ impl TableBuilder {
         self.kinds & kind_bit(ev) != 0
     }
 
-    /// Append the events of this table's kinds (others are passed over).
+    /// Append the events of this table's kinds (others are passed over). After an error the
+    /// builder is in an unknown state: drop it.
     pub fn append(&mut self, events: &[Event]) -> Result<(), ArrowError> {
-        let mut slots: Vec<Option<&Value>> = vec![None; self.args.len() + self.properties.len()];
-        for ev in events {
-            if self.takes(ev) {
-                self.append_one(ev, &mut slots)?;
+        let rows: Vec<&Event> = events.iter().filter(|ev| self.takes(ev)).collect();
+        if rows.is_empty() {
+            return Ok(());
+        }
+        if self.is_empty() {
+            // sized once for the rows to come, not grown by doubling (and copying) row by row
+            for col in &mut self.columns {
+                if !matches!(col.source, Source::Kind | Source::Const(_)) {
+                    col.builder = col.builder.fresh(rows.len());
+                }
             }
         }
-        Ok(())
-    }
-
-    fn append_one<'e>(
-        &mut self,
-        ev: &'e Event,
-        slots: &mut [Option<&'e Value>],
-    ) -> Result<(), ArrowError> {
-        if !slots.is_empty() {
-            slots.fill(None);
-            let (args, props) = match ev {
-                Event::Frame(e) => (e.args.as_ref(), e.properties.as_ref()),
-                Event::Message(e) => (Some(&e.args), Some(&e.properties)),
-                _ => (None, None),
-            };
-            let (arg_slots, prop_slots) = slots.split_at_mut(self.args.len());
-            lookup(args, &self.args, arg_slots);
-            lookup(props, &self.properties, prop_slots);
-        }
-        let base = ev.base();
-        let scratch = &mut self.scratch;
-        for col in &mut self.columns {
-            match col.source {
-                Source::Kind | Source::Const(_) => {}
-                Source::Time => col.append_cell(Cell::Float(base.ts()), scratch)?,
-                Source::Field(f) => col.append_cell(f.cell(ev), scratch)?,
-                Source::Promoted(slot) => col.append_promoted(slots.get(slot).copied().flatten()),
+        // column by column over chunks of rows small enough to stay in cache
+        for chunk in rows.chunks(CHUNK_ROWS) {
+            for col in &mut self.columns {
+                col.append_rows(chunk, &mut self.scratch)?;
             }
         }
-        self.row_kinds.push(ev.kind());
+        self.row_kinds.extend(rows.iter().map(|ev| ev.kind()));
         Ok(())
     }
 
@@ -770,18 +812,16 @@ fn promoted_builder(name: &str, dt: &DataType) -> Result<Builder, ArrowError> {
     }
 }
 
-/// One pass over a row's table: each promoted key's value into its slot.
-fn lookup<'e>(table: Option<&'e Table>, keys: &[Promoted], slots: &mut [Option<&'e Value>]) {
-    let Some(table) = table else {
-        return;
+/// The value of `key` in an event's args (`props` false) or properties (true).
+fn promoted_value<'e>(ev: &'e Event, props: bool, key: &str) -> Option<&'e Value> {
+    let table = match (ev, props) {
+        (Event::Frame(e), false) => e.args.as_ref(),
+        (Event::Frame(e), true) => e.properties.as_ref(),
+        (Event::Message(e), false) => Some(&e.args),
+        (Event::Message(e), true) => Some(&e.properties),
+        _ => None,
     };
-    for (name, value) in table {
-        if let Some(i) = keys.iter().position(|p| p.key == &**name) {
-            if let Some(slot) = slots.get_mut(i) {
-                *slot = Some(value);
-            }
-        }
-    }
+    table.and_then(|t| get(t, key))
 }
 
 /// A batch as the Arrow C data interface's array and schema (a struct array of the columns):
