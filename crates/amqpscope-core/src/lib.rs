@@ -4,9 +4,10 @@
 //! `capture` (pcap/pcapng records) → `net` (link/IP/TCP) → `reasm` (flows, ordered bytes, gaps)
 //! → `frames` (AMQP frames with resync) → `codec` (methods, properties, field tables, executed from
 //! the `tables` Python compiles out of the spec) → `session` (connections, messages) → `event`s,
-//! which `jsonl` writes. `engine` drives them; every limit lives in `limits`.
+//! which `jsonl` writes (and `arrow` builds into the Parquet tables' record batches). `engine` drives them; every limit lives in `limits`.
 #![forbid(unsafe_code)]
 
+pub mod arrow;
 pub mod capture;
 pub mod codec;
 pub mod engine;

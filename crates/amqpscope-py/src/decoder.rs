@@ -99,12 +99,12 @@ pub fn event_list<'py>(py: Python<'py>, events: &[Event]) -> PyResult<Bound<'py,
 }
 
 impl Decoder {
-    /// The next batch of events; None when the input is done.
-    fn batch(&self, py: Python<'_>) -> PyResult<Option<Vec<Event>>> {
+    /// The next batch of events (at least `min_events` unless the input ends); None when the
+    /// input is done.
+    fn batch(&self, py: Python<'_>, min_events: usize) -> PyResult<Option<Vec<Event>>> {
         let got = detached(py, &self.run, |run| {
-            let mut out = Vec::with_capacity(BATCH_EVENTS);
-            run.next_batch(BATCH_EVENTS, &mut out)
-                .map(|more| (more, out))
+            let mut out = Vec::with_capacity(min_events.min(1 << 20));
+            run.next_batch(min_events, &mut out).map(|more| (more, out))
         })?;
         py.check_signals()?;
         match got {
@@ -150,7 +150,7 @@ impl Decoder {
     #[pyo3(signature = (body = "none"))]
     fn jsonl<'py>(&self, py: Python<'py>, body: &str) -> PyResult<Option<Bound<'py, PyBytes>>> {
         let mode = body_mode(body)?;
-        let Some(events) = self.batch(py)? else {
+        let Some(events) = self.batch(py, BATCH_EVENTS)? else {
             return Ok(None);
         };
         let buf = py.detach(|| {
@@ -165,10 +165,45 @@ impl Decoder {
 
     /// The next events as amqpscope.events objects, or None at the end.
     fn events<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyList>>> {
-        match self.batch(py)? {
+        match self.batch(py, BATCH_EVENTS)? {
             Some(events) => event_list(py, &events).map(Some),
             None => Ok(None),
         }
+    }
+
+    /// The next events as Arrow record batches of the Parquet tables, built by the core:
+    /// `{table: ArrowBatch}` for every table that got rows (each implements the Arrow PyCapsule
+    /// interface, so `pyarrow.record_batch(obj)` takes it without a copy), or None at the end.
+    ///
+    /// `tables`: table name → schema (anything with `__arrow_c_schema__`: the pyarrow schemas
+    /// of amqpscope.spark.schema.TABLES); `constants`: column → value, the same on every row
+    /// (capture, capture_id, capture_date); `kinds`: event kind → table name (schema's
+    /// TABLE_OF_KIND; kinds of tables not asked for are dropped). A column the core cannot
+    /// fill, or a table of a kind it does not make, is a ValueError before anything is decoded.
+    /// At least `batch_events` events (of all kinds) are decoded per call unless the input ends.
+    #[pyo3(signature = (tables, constants, kinds, batch_events = BATCH_EVENTS))]
+    fn arrow<'py>(
+        &self,
+        py: Python<'py>,
+        tables: &Bound<'py, PyDict>,
+        constants: &Bound<'py, PyDict>,
+        kinds: &Bound<'py, PyDict>,
+        batch_events: usize,
+    ) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let mut builders = crate::arrow::make_tables(tables, constants, kinds)?;
+        let Some(events) = self.batch(py, batch_events.max(1))? else {
+            return Ok(None);
+        };
+        let built = py
+            .detach(move || {
+                catch_unwind(AssertUnwindSafe(|| {
+                    builders.append(&events)?;
+                    builders.finish()
+                }))
+            })
+            .map_err(panic_error)?
+            .map_err(crate::arrow::arrow_error)?;
+        crate::arrow::batch_dict(py, built).map(Some)
     }
 
     /// What the run saw so far: packets, tcp_packets, skipped (reason → count), and the byte

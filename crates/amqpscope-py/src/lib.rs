@@ -4,6 +4,7 @@
 
 use pyo3::prelude::*;
 
+mod arrow;
 mod codec;
 mod decoder;
 mod flows;
@@ -17,6 +18,7 @@ mod topy;
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<arrow::ArrowBatch>()?;
     m.add_class::<codec::Codec>()?;
     m.add_class::<decoder::Decoder>()?;
     m.add_class::<packets::Engine>()?;

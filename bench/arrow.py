@@ -1,0 +1,114 @@
+"""The Parquet tables' Arrow batches: built by the core (``Decoder.arrow``) versus rows.py.
+
+Usage: python bench/arrow.py [CAPTURE] [--repeats R] [--batch-rows N]
+
+Three paths over one capture (default ``bench/data/large.pcap``, made by bench/record_large.py),
+each decoding the whole capture into the events, messages and connections tables in batches of
+about N rows, as ``spark/worker.py`` does (Parquet writing left out):
+
+* decode only: ``Decoder.arrow`` asked for no table (the core decodes, builds nothing);
+* core: ``Decoder.arrow`` builds the batches in Rust and pyarrow takes them through the PyCapsule
+  interface (``pa.record_batch``);
+* rows.py: ``Decoder.events`` (Python event objects) into ``TableRows``, cut every N events.
+
+Each timing is CPU time (process_time), the best of R rounds in which the paths take turns.
+Reported: seconds, events-table rows per second and capture MB per second (of the file size).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import pyarrow as pa  # noqa: E402
+
+from amqpscope.pipeline import Options, open_decoder  # noqa: E402
+from amqpscope.spark.rows import TableRows  # noqa: E402
+from amqpscope.spark.schema import TABLE_OF_KIND, TABLES  # noqa: E402
+
+NAMES = ("events", "messages", "connections")
+OPTIONS = Options(show_credentials=False, keep_bodies=False)
+CONSTANTS = {"capture": "file:///bench/large.pcap", "capture_id": "0123456789abcdef", "capture_date": "2024-11-25"}
+
+
+def decode_only(path: Path, batch_rows: int) -> dict[str, int]:
+    dec = open_decoder(path, options=OPTIONS)
+    while dec.arrow({}, CONSTANTS, TABLE_OF_KIND, batch_rows) is not None:
+        pass
+    return {}
+
+
+def core(path: Path, batch_rows: int) -> dict[str, int]:
+    schemas = {name: TABLES[name].schema for name in NAMES}
+    dec = open_decoder(path, options=OPTIONS)
+    rows = dict.fromkeys(NAMES, 0)
+    while (batches := dec.arrow(schemas, CONSTANTS, TABLE_OF_KIND, batch_rows)) is not None:
+        for name, obj in batches.items():
+            rows[name] += pa.record_batch(obj).num_rows
+    return rows
+
+
+def rows_py(path: Path, batch_rows: int) -> dict[str, int]:
+    tables = {name: TableRows(TABLES[name], CONSTANTS) for name in NAMES}
+    sinks = {kind: tables[name].add for kind, name in TABLE_OF_KIND.items() if name in tables}
+    rows = dict.fromkeys(NAMES, 0)
+    dec = open_decoder(path, options=OPTIONS)
+    while (events := dec.events()) is not None:
+        for ev in events:
+            add = sinks.get(ev.kind)
+            if add is not None:
+                add(ev)
+        for name, table in tables.items():
+            while len(table.events) >= batch_rows:
+                rows[name] += table.cut(batch_rows).num_rows
+    for name, table in tables.items():
+        if len(table):
+            rows[name] += table.cut().num_rows
+    return rows
+
+
+def timed(fn: Callable[[Path, int], dict[str, int]], path: Path, batch_rows: int) -> tuple[float, dict[str, int]]:
+    gc.collect()
+    t = time.process_time()
+    rows = fn(path, batch_rows)
+    return time.process_time() - t, rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("capture", nargs="?", default=str(ROOT / "bench" / "data" / "large.pcap"))
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--batch-rows", type=int, default=65536)
+    args = ap.parse_args()
+    path = Path(args.capture)
+    size = path.stat().st_size
+    paths = {"decode only": decode_only, "core": core, "rows.py": rows_py}
+    best = dict.fromkeys(paths, float("inf"))
+    counts: dict[str, dict[str, int]] = {}
+    for _ in range(args.repeats):
+        for name, fn in paths.items():
+            secs, rows = timed(fn, path, args.batch_rows)
+            best[name] = min(best[name], secs)
+            counts[name] = rows
+    assert counts["core"] == counts["rows.py"], counts
+    events = counts["core"]["events"]
+    print(f"{path.name}: {size / 1e6:.1f} MB, rows {counts['core']}, best of {args.repeats} (CPU s)")
+    for name, secs in best.items():
+        print(f"  {name:12} {secs:7.2f} s  {events / secs / 1e6:6.2f} M events rows/s  {size / secs / 1e6:7.1f} MB/s")
+    build_core = best["core"] - best["decode only"]
+    build_py = best["rows.py"] - best["decode only"]
+    print(f"  building alone (minus decode only): core {build_core:.2f} s "
+          f"({events / build_core / 1e6:.2f} M rows/s), rows.py incl. event objects {build_py:.2f} s "
+          f"({events / build_py / 1e6:.2f} M rows/s)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

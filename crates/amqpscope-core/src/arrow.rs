@@ -1,0 +1,1156 @@
+//! Arrow record batches of the Parquet tables, built from core events.
+//!
+//! The tables' one schema is derived in Python (`amqpscope/spark/schema.py`) and handed in as an
+//! Arrow `Schema`; a [`TableBuilder`] fills its columns BY NAME, the way `amqpscope/spark/rows.py`
+//! does from Python event objects, so that both build equal batches:
+//!
+//! - `kind`; the event base fields (`packet`, `ts`, `conn`, `dir`, `channel`) and each kind's own
+//!   fields under their `amqpscope/events.py` names (a field a kind does not have is null);
+//! - `time`: `ts` as a timestamp in microseconds, computed as rows.py does (float seconds × 1e6,
+//!   truncated), so the two never differ by a rounding;
+//! - the promoted argument and property columns (`PROMOTED_ARGS` / `PROMOTED_PROPERTIES` of
+//!   schema.py): the value of that key when its type is exactly the column's (a string for
+//!   string columns, an integer that fits an int64 for int64 columns, a bool for bool columns),
+//!   else null, as rows.py's exact class checks;
+//! - map<string,string> columns (`args`, `properties`, connection properties): strings as they
+//!   are, every other value as the JSON text `jsonl` writes for it (what rows.py's `map_items`
+//!   gets from orjson);
+//! - constant columns (capture, capture_id, capture_date) from the values given.
+//!
+//! A column name the core does not know, or a column whose Arrow type is not the one its field
+//! has, is an error when the builder is made: schema and core cannot drift apart silently.
+//! Rows go straight into Arrow builders; nothing is allocated per row beyond their growth.
+
+use std::sync::Arc;
+
+use arrow_array::builder::{
+    ArrayBuilder, BooleanBuilder, Float64Builder, Int64Builder, StringBuilder,
+    TimestampMicrosecondBuilder,
+};
+use arrow_array::{Array, ArrayRef, MapArray, StringArray, StructArray};
+use arrow_buffer::{NullBufferBuilder, OffsetBuffer, ScalarBuffer};
+use arrow_schema::{DataType, Field as ArrowField, FieldRef, TimeUnit};
+
+pub use arrow_array::ffi::FFI_ArrowArray;
+pub use arrow_array::RecordBatch;
+pub use arrow_schema::ffi::FFI_ArrowSchema;
+pub use arrow_schema::{ArrowError, Schema, SchemaRef};
+
+use crate::event::Event;
+use crate::jsonl::{write_hex, write_value};
+use crate::value::{get, Table, Value};
+
+/// `PROMOTED_ARGS` of schema.py: the method arguments with a typed column of the same name.
+pub const PROMOTED_ARGS: [&str; 15] = [
+    "exchange",
+    "routing_key",
+    "queue",
+    "consumer_tag",
+    "delivery_tag",
+    "multiple",
+    "requeue",
+    "redelivered",
+    "mandatory",
+    "no_ack",
+    "reply_code",
+    "reply_text",
+    "message_count",
+    "consumer_count",
+    "prefetch_count",
+];
+
+/// `PROMOTED_PROPERTIES` of schema.py: (property, column).
+pub const PROMOTED_PROPERTIES: [(&str, &str); 11] = [
+    ("content_type", "content_type"),
+    ("content_encoding", "content_encoding"),
+    ("delivery_mode", "delivery_mode"),
+    ("priority", "priority"),
+    ("correlation_id", "correlation_id"),
+    ("reply_to", "reply_to"),
+    ("expiration", "expiration"),
+    ("message_id", "message_id"),
+    ("type", "message_type"),
+    ("user_id", "user_id"),
+    ("app_id", "app_id"),
+];
+
+/// The kinds of events the core makes, in `Event` order.
+pub const KINDS: [&str; 8] = [
+    "protocol-header",
+    "frame",
+    "message",
+    "gap",
+    "resync",
+    "malformed",
+    "connection",
+    "accounting",
+];
+
+fn kind_bit(ev: &Event) -> u16 {
+    let i = match ev {
+        Event::ProtocolHeader(_) => 0,
+        Event::Frame(_) => 1,
+        Event::Message(_) => 2,
+        Event::Gap(_) => 3,
+        Event::Resync(_) => 4,
+        Event::Malformed(_) => 5,
+        Event::Connection(_) => 6,
+        Event::Accounting(_) => 7,
+    };
+    1 << i
+}
+
+/// The Arrow type a field's values take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ty {
+    Int,
+    Float,
+    Bool,
+    Str,
+    Map,
+}
+
+/// An event field stored in a column of the same name (`amqpscope/events.py` names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Field {
+    Packet,
+    Ts,
+    Conn,
+    Dir,
+    Channel,
+    // frame
+    Type,
+    Size,
+    ClassId,
+    MethodId,
+    Method,
+    Args,
+    BodySize,
+    Properties,
+    Resync,
+    Problem,
+    // protocol header, gap, resync, malformed
+    Version,
+    Raw,
+    LostFrame,
+    Skipped,
+    Reason,
+    Offset,
+    // message
+    BodyReceived,
+    Complete,
+    FirstPacket,
+    Frames,
+    BodySha256,
+    // connection
+    State,
+    Client,
+    Server,
+    SynSeen,
+    Ended,
+    FrameMax,
+    ChannelMax,
+    Heartbeat,
+    Mechanism,
+    User,
+    Password,
+    Vhost,
+    ClientProduct,
+    ClientVersion,
+    ClientPlatform,
+    ServerProduct,
+    ServerVersion,
+    CloseCode,
+    CloseText,
+    CloseBy,
+    FramesC2s,
+    FramesS2c,
+    BytesC2s,
+    BytesS2c,
+    ClientProperties,
+    ServerProperties,
+    // accounting
+    StreamBytes,
+    FrameBytes,
+    HeaderBytes,
+    GapBytes,
+    SkippedBytes,
+    PendingBytes,
+    Packets,
+    TcpPackets,
+}
+
+/// Every event field by column name, with its Arrow type.
+const FIELDS: [(&str, Field, Ty); 60] = [
+    ("packet", Field::Packet, Ty::Int),
+    ("ts", Field::Ts, Ty::Float),
+    ("conn", Field::Conn, Ty::Int),
+    ("dir", Field::Dir, Ty::Str),
+    ("channel", Field::Channel, Ty::Int),
+    ("type", Field::Type, Ty::Str),
+    ("size", Field::Size, Ty::Int),
+    ("class_id", Field::ClassId, Ty::Int),
+    ("method_id", Field::MethodId, Ty::Int),
+    ("method", Field::Method, Ty::Str),
+    ("args", Field::Args, Ty::Map),
+    ("body_size", Field::BodySize, Ty::Int),
+    ("properties", Field::Properties, Ty::Map),
+    ("resync", Field::Resync, Ty::Bool),
+    ("problem", Field::Problem, Ty::Str),
+    ("version", Field::Version, Ty::Str),
+    ("raw", Field::Raw, Ty::Str),
+    ("lost_frame", Field::LostFrame, Ty::Str),
+    ("skipped", Field::Skipped, Ty::Int),
+    ("reason", Field::Reason, Ty::Str),
+    ("offset", Field::Offset, Ty::Int),
+    ("body_received", Field::BodyReceived, Ty::Int),
+    ("complete", Field::Complete, Ty::Bool),
+    ("first_packet", Field::FirstPacket, Ty::Int),
+    ("frames", Field::Frames, Ty::Int),
+    ("body_sha256", Field::BodySha256, Ty::Str),
+    ("state", Field::State, Ty::Str),
+    ("client", Field::Client, Ty::Str),
+    ("server", Field::Server, Ty::Str),
+    ("syn_seen", Field::SynSeen, Ty::Bool),
+    ("ended", Field::Ended, Ty::Str),
+    ("frame_max", Field::FrameMax, Ty::Int),
+    ("channel_max", Field::ChannelMax, Ty::Int),
+    ("heartbeat", Field::Heartbeat, Ty::Int),
+    ("mechanism", Field::Mechanism, Ty::Str),
+    ("user", Field::User, Ty::Str),
+    ("password", Field::Password, Ty::Str),
+    ("vhost", Field::Vhost, Ty::Str),
+    ("client_product", Field::ClientProduct, Ty::Str),
+    ("client_version", Field::ClientVersion, Ty::Str),
+    ("client_platform", Field::ClientPlatform, Ty::Str),
+    ("server_product", Field::ServerProduct, Ty::Str),
+    ("server_version", Field::ServerVersion, Ty::Str),
+    ("close_code", Field::CloseCode, Ty::Int),
+    ("close_text", Field::CloseText, Ty::Str),
+    ("close_by", Field::CloseBy, Ty::Str),
+    ("frames_c2s", Field::FramesC2s, Ty::Int),
+    ("frames_s2c", Field::FramesS2c, Ty::Int),
+    ("bytes_c2s", Field::BytesC2s, Ty::Int),
+    ("bytes_s2c", Field::BytesS2c, Ty::Int),
+    ("client_properties", Field::ClientProperties, Ty::Map),
+    ("server_properties", Field::ServerProperties, Ty::Map),
+    ("stream_bytes", Field::StreamBytes, Ty::Int),
+    ("frame_bytes", Field::FrameBytes, Ty::Int),
+    ("header_bytes", Field::HeaderBytes, Ty::Int),
+    ("gap_bytes", Field::GapBytes, Ty::Int),
+    ("skipped_bytes", Field::SkippedBytes, Ty::Int),
+    ("pending_bytes", Field::PendingBytes, Ty::Int),
+    ("packets", Field::Packets, Ty::Int),
+    ("tcp_packets", Field::TcpPackets, Ty::Int),
+];
+
+/// One field of one event, borrowed.
+enum Cell<'a> {
+    Null,
+    Int(i64),
+    UInt(u64),
+    Float(f64),
+    Bool(bool),
+    Str(&'a str),
+    /// Written as lowercase hex text (the protocol header's raw bytes).
+    Hex(&'a [u8]),
+    Map(&'a Table),
+}
+
+fn opt_str(v: &Option<String>) -> Cell<'_> {
+    v.as_deref().map_or(Cell::Null, Cell::Str)
+}
+
+fn opt_int<T: Into<i64>>(v: Option<T>) -> Cell<'static> {
+    v.map_or(Cell::Null, |v| Cell::Int(v.into()))
+}
+
+fn opt_map(v: &Option<Table>) -> Cell<'_> {
+    v.as_ref().map_or(Cell::Null, Cell::Map)
+}
+
+impl Field {
+    /// This field of `ev`; null when its kind has no such field.
+    fn cell(self, ev: &Event) -> Cell<'_> {
+        use Event as E;
+        use Field as F;
+        let base = ev.base();
+        match (self, ev) {
+            (F::Packet, _) => Cell::UInt(base.packet),
+            (F::Ts, _) => Cell::Float(base.ts()),
+            (F::Conn, _) => Cell::Int(base.conn),
+            (F::Dir, _) => base.dir.map_or(Cell::Null, |d| Cell::Str(d.as_str())),
+            (F::Channel, _) => opt_int(base.channel),
+
+            (F::Type, E::Frame(e)) => Cell::Str(&e.ftype),
+            (F::Size, E::Frame(e)) => Cell::Int(e.size.into()),
+            (F::Size, E::Gap(e)) => Cell::UInt(e.size),
+            (F::ClassId, E::Frame(e)) => opt_int(e.class_id),
+            (F::MethodId, E::Frame(e)) => opt_int(e.method_id),
+            (F::Method, E::Frame(e)) => opt_str(&e.method),
+            (F::Method, E::Message(e)) => Cell::Str(&e.method),
+            (F::Args, E::Frame(e)) => opt_map(&e.args),
+            (F::Args, E::Message(e)) => Cell::Map(&e.args),
+            (F::BodySize, E::Frame(e)) => e.body_size.map_or(Cell::Null, Cell::UInt),
+            (F::BodySize, E::Message(e)) => Cell::UInt(e.body_size),
+            (F::Properties, E::Frame(e)) => opt_map(&e.properties),
+            (F::Properties, E::Message(e)) => Cell::Map(&e.properties),
+            (F::Resync, E::Frame(e)) => Cell::Bool(e.resync),
+            (F::Problem, E::Frame(e)) => opt_str(&e.problem),
+
+            (F::Version, E::ProtocolHeader(e)) => Cell::Str(&e.version),
+            (F::Version, E::Connection(e)) => opt_str(&e.version),
+            (F::Raw, E::ProtocolHeader(e)) => Cell::Hex(&e.raw),
+            (F::LostFrame, E::Gap(e)) => opt_str(&e.lost_frame),
+            (F::Skipped, E::Resync(e)) => Cell::UInt(e.skipped),
+            (F::Reason, E::Resync(e)) => Cell::Str(&e.reason),
+            (F::Reason, E::Malformed(e)) => Cell::Str(&e.reason),
+            (F::Offset, E::Malformed(e)) => Cell::UInt(e.offset),
+
+            (F::BodyReceived, E::Message(e)) => Cell::UInt(e.body_received),
+            (F::Complete, E::Message(e)) => Cell::Bool(e.complete),
+            (F::FirstPacket, E::Message(e)) => Cell::UInt(e.first_packet),
+            (F::Frames, E::Message(e)) => Cell::UInt(e.frames),
+            (F::Frames, E::Accounting(e)) => Cell::UInt(e.frames),
+            (F::BodySha256, E::Message(e)) => opt_str(&e.body_sha256),
+
+            (F::State, E::Connection(e)) => Cell::Str(&e.state),
+            (F::Client, E::Connection(e)) => Cell::Str(&e.client),
+            (F::Server, E::Connection(e)) => Cell::Str(&e.server),
+            (F::SynSeen, E::Connection(e)) => Cell::Bool(e.syn_seen),
+            (F::Ended, E::Connection(e)) => opt_str(&e.ended),
+            (F::FrameMax, E::Connection(e)) => opt_int(e.frame_max),
+            (F::ChannelMax, E::Connection(e)) => opt_int(e.channel_max),
+            (F::Heartbeat, E::Connection(e)) => opt_int(e.heartbeat),
+            (F::Mechanism, E::Connection(e)) => opt_str(&e.mechanism),
+            (F::User, E::Connection(e)) => opt_str(&e.user),
+            (F::Password, E::Connection(e)) => opt_str(&e.password),
+            (F::Vhost, E::Connection(e)) => opt_str(&e.vhost),
+            (F::ClientProduct, E::Connection(e)) => opt_str(&e.client_product),
+            (F::ClientVersion, E::Connection(e)) => opt_str(&e.client_version),
+            (F::ClientPlatform, E::Connection(e)) => opt_str(&e.client_platform),
+            (F::ServerProduct, E::Connection(e)) => opt_str(&e.server_product),
+            (F::ServerVersion, E::Connection(e)) => opt_str(&e.server_version),
+            (F::CloseCode, E::Connection(e)) => opt_int(e.close_code),
+            (F::CloseText, E::Connection(e)) => opt_str(&e.close_text),
+            (F::CloseBy, E::Connection(e)) => opt_str(&e.close_by),
+            (F::FramesC2s, E::Connection(e)) => Cell::UInt(e.frames_c2s),
+            (F::FramesS2c, E::Connection(e)) => Cell::UInt(e.frames_s2c),
+            (F::BytesC2s, E::Connection(e)) => Cell::UInt(e.bytes_c2s),
+            (F::BytesS2c, E::Connection(e)) => Cell::UInt(e.bytes_s2c),
+            (F::ClientProperties, E::Connection(e)) => opt_map(&e.client_properties),
+            (F::ServerProperties, E::Connection(e)) => opt_map(&e.server_properties),
+
+            (F::StreamBytes, E::Accounting(e)) => Cell::UInt(e.stream_bytes),
+            (F::FrameBytes, E::Accounting(e)) => Cell::UInt(e.frame_bytes),
+            (F::HeaderBytes, E::Accounting(e)) => Cell::UInt(e.header_bytes),
+            (F::GapBytes, E::Accounting(e)) => Cell::UInt(e.gap_bytes),
+            (F::SkippedBytes, E::Accounting(e)) => Cell::UInt(e.skipped_bytes),
+            (F::PendingBytes, E::Accounting(e)) => Cell::UInt(e.pending_bytes),
+            (F::Packets, E::Accounting(e)) => Cell::UInt(e.packets),
+            (F::TcpPackets, E::Accounting(e)) => Cell::UInt(e.tcp_packets),
+            _ => Cell::Null,
+        }
+    }
+}
+
+/// Where a column's values come from.
+enum Source {
+    Kind,
+    Const(String),
+    Time,
+    Field(Field),
+    /// A key of the event's `args` (false) or `properties` (true).
+    Promoted(bool, &'static str),
+}
+
+/// A map<string,string> column under construction.
+struct MapColumn {
+    entries: FieldRef,
+    sorted: bool,
+    offsets: Vec<i32>,
+    keys: StringBuilder,
+    values: StringBuilder,
+    nulls: NullBufferBuilder,
+}
+
+impl MapColumn {
+    fn new(entries: FieldRef, sorted: bool) -> MapColumn {
+        MapColumn {
+            entries,
+            sorted,
+            offsets: vec![0],
+            keys: StringBuilder::new(),
+            values: StringBuilder::new(),
+            nulls: NullBufferBuilder::new(0),
+        }
+    }
+
+    fn append(&mut self, table: Option<&Table>, scratch: &mut Vec<u8>) -> Result<(), ArrowError> {
+        match table {
+            None => self.nulls.append_null(),
+            Some(t) => {
+                for (name, value) in t {
+                    self.keys.append_value(name);
+                    map_text(value, scratch);
+                    self.values.append_value(utf8(scratch)?);
+                }
+                self.nulls.append_non_null();
+            }
+        }
+        let end = i32::try_from(self.keys.len())
+            .map_err(|_| ArrowError::ComputeError("too many map entries in one batch".into()))?;
+        self.offsets.push(end);
+        Ok(())
+    }
+
+    fn finish(&mut self) -> Result<ArrayRef, ArrowError> {
+        let DataType::Struct(fields) = self.entries.data_type() else {
+            return Err(ArrowError::SchemaError(
+                "map entries are not a struct".into(),
+            ));
+        };
+        let keys: ArrayRef = Arc::new(self.keys.finish());
+        let values: ArrayRef = Arc::new(self.values.finish());
+        let entries = StructArray::try_new(fields.clone(), vec![keys, values], None)?;
+        let offsets = std::mem::replace(&mut self.offsets, vec![0]);
+        let offsets = OffsetBuffer::new(ScalarBuffer::from(offsets));
+        let map = MapArray::try_new(
+            self.entries.clone(),
+            offsets,
+            entries,
+            self.nulls.finish(),
+            self.sorted,
+        )?;
+        Ok(Arc::new(map))
+    }
+}
+
+/// A value as the text of a map<string,string> entry: a string as it is, anything else as the
+/// JSON `jsonl` writes for it (rows.py's `map_items`: `str`, `int.__repr__`, true/false, else
+/// orjson through `records._default`). `scratch` holds the text.
+pub fn map_text(v: &Value, scratch: &mut Vec<u8>) {
+    scratch.clear();
+    match v {
+        Value::Str(s) => scratch.extend_from_slice(s.as_bytes()),
+        other => write_value(scratch, other),
+    }
+}
+
+fn utf8(raw: &[u8]) -> Result<&str, ArrowError> {
+    std::str::from_utf8(raw).map_err(|e| ArrowError::ComputeError(format!("map text: {e}")))
+}
+
+enum Builder {
+    Int(Int64Builder),
+    Float(Float64Builder),
+    Bool(BooleanBuilder),
+    Str(StringBuilder),
+    Time(TimestampMicrosecondBuilder),
+    Map(MapColumn),
+}
+
+impl Builder {
+    /// An empty builder of the same type with room for `rows` rows.
+    fn fresh(&self, rows: usize) -> Builder {
+        match self {
+            Builder::Int(_) => Builder::Int(Int64Builder::with_capacity(rows)),
+            Builder::Float(_) => Builder::Float(Float64Builder::with_capacity(rows)),
+            Builder::Bool(_) => Builder::Bool(BooleanBuilder::with_capacity(rows)),
+            Builder::Str(_) => Builder::Str(StringBuilder::with_capacity(rows, rows * 8)),
+            Builder::Time(_) => Builder::Time(TimestampMicrosecondBuilder::with_capacity(rows)),
+            Builder::Map(m) => {
+                let mut fresh = MapColumn::new(m.entries.clone(), m.sorted);
+                let entries = rows * 4;
+                fresh.offsets.reserve(rows);
+                fresh.keys = StringBuilder::with_capacity(entries, entries * 12);
+                fresh.values = StringBuilder::with_capacity(entries, entries * 12);
+                fresh.nulls = NullBufferBuilder::new(rows);
+                Builder::Map(fresh)
+            }
+        }
+    }
+}
+
+struct Column {
+    name: String,
+    data_type: DataType,
+    source: Source,
+    builder: Builder,
+}
+
+impl Column {
+    /// This column's values of `rows`, one tight loop per column (the source and the builder
+    /// type are matched once per batch, not once per row).
+    fn append_rows(&mut self, rows: &[&Event], scratch: &mut Vec<u8>) -> Result<(), ArrowError> {
+        match self.source {
+            Source::Kind | Source::Const(_) => {}
+            Source::Time => {
+                if let Builder::Time(b) = &mut self.builder {
+                    for ev in rows {
+                        b.append_value(micros(ev.base().ts()));
+                    }
+                }
+            }
+            Source::Field(f) => self.append_field(f, rows, scratch)?,
+            Source::Promoted(props, key) => self.append_promoted(props, key, rows),
+        }
+        Ok(())
+    }
+
+    fn append_field(
+        &mut self,
+        f: Field,
+        rows: &[&Event],
+        scratch: &mut Vec<u8>,
+    ) -> Result<(), ArrowError> {
+        match &mut self.builder {
+            Builder::Int(b) => {
+                for ev in rows {
+                    match f.cell(ev) {
+                        Cell::Int(v) => b.append_value(v),
+                        Cell::UInt(v) => match i64::try_from(v) {
+                            Ok(v) => b.append_value(v),
+                            Err(_) => {
+                                return Err(ArrowError::ComputeError(format!(
+                                    "{}: {v} does not fit an int64 column",
+                                    self.name
+                                )))
+                            }
+                        },
+                        _ => b.append_null(),
+                    }
+                }
+            }
+            Builder::Float(b) => {
+                for ev in rows {
+                    match f.cell(ev) {
+                        Cell::Float(v) => b.append_value(v),
+                        _ => b.append_null(),
+                    }
+                }
+            }
+            Builder::Bool(b) => {
+                for ev in rows {
+                    match f.cell(ev) {
+                        Cell::Bool(v) => b.append_value(v),
+                        _ => b.append_null(),
+                    }
+                }
+            }
+            Builder::Str(b) => {
+                for ev in rows {
+                    match f.cell(ev) {
+                        Cell::Str(s) => b.append_value(s),
+                        Cell::Hex(raw) => {
+                            scratch.clear();
+                            write_hex(scratch, raw);
+                            b.append_value(utf8(scratch)?);
+                        }
+                        _ => b.append_null(),
+                    }
+                }
+            }
+            Builder::Time(b) => {
+                for ev in rows {
+                    match f.cell(ev) {
+                        Cell::Float(v) => b.append_value(micros(v)),
+                        _ => b.append_null(),
+                    }
+                }
+            }
+            Builder::Map(m) => {
+                for ev in rows {
+                    match f.cell(ev) {
+                        Cell::Map(t) => m.append(Some(t), scratch)?,
+                        _ => m.append(None, scratch)?,
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A promoted column: the value of `key` when its type is exactly the column's, else null.
+    fn append_promoted(&mut self, props: bool, key: &str, rows: &[&Event]) {
+        match &mut self.builder {
+            Builder::Int(b) => {
+                for ev in rows {
+                    match promoted_value(ev, props, key) {
+                        Some(Value::Int(i)) => b.append_value(*i),
+                        _ => b.append_null(),
+                    }
+                }
+            }
+            Builder::Bool(b) => {
+                for ev in rows {
+                    match promoted_value(ev, props, key) {
+                        Some(Value::Bool(x)) => b.append_value(*x),
+                        _ => b.append_null(),
+                    }
+                }
+            }
+            Builder::Str(b) => {
+                for ev in rows {
+                    match promoted_value(ev, props, key) {
+                        Some(Value::Str(s)) => b.append_value(s),
+                        _ => b.append_null(),
+                    }
+                }
+            }
+            // refused when the builder is made
+            Builder::Float(_) | Builder::Time(_) | Builder::Map(_) => {}
+        }
+    }
+
+    fn finish(&mut self, rows: usize, kinds: &[&'static str]) -> Result<ArrayRef, ArrowError> {
+        let array: ArrayRef = match (&self.source, &mut self.builder) {
+            (Source::Const(v), _) => Arc::new(StringArray::from_iter_values(std::iter::repeat_n(
+                v.as_str(),
+                rows,
+            ))),
+            (Source::Kind, _) => Arc::new(StringArray::from_iter_values(kinds.iter())),
+            (_, Builder::Int(b)) => Arc::new(b.finish()),
+            (_, Builder::Float(b)) => Arc::new(b.finish()),
+            (_, Builder::Bool(b)) => Arc::new(b.finish()),
+            (_, Builder::Str(b)) => Arc::new(b.finish()),
+            (_, Builder::Time(b)) => Arc::new(b.finish().with_data_type(self.data_type.clone())),
+            (_, Builder::Map(m)) => m.finish()?,
+        };
+        Ok(array)
+    }
+}
+
+/// `time` as rows.py computes it: `cast(ts * 1e6, int64, safe=False)` (truncation).
+fn micros(ts: f64) -> i64 {
+    (ts * 1e6) as i64
+}
+
+/// Rows appended column by column at a time: the source and builder type are matched once per
+/// column and chunk, and the chunk's events stay in cache across its columns.
+const CHUNK_ROWS: usize = 128;
+
+/// The rows of one table: events in, `RecordBatch`es out.
+pub struct TableBuilder {
+    schema: SchemaRef,
+    /// Bit i set: events of `KINDS[i]` belong here.
+    kinds: u16,
+    columns: Vec<Column>,
+    /// The kind of each row (the `kind` column is built from it at `finish`).
+    row_kinds: Vec<&'static str>,
+    scratch: Vec<u8>,
+}
+
+fn bad_type(name: &str, want: &str, got: &DataType) -> ArrowError {
+    ArrowError::SchemaError(format!(
+        "column {name:?} must be {want} for the core, the schema says {got}"
+    ))
+}
+
+/// map<string, string>: its entries field and `keys_sorted`.
+fn string_map(name: &str, dt: &DataType) -> Result<(FieldRef, bool), ArrowError> {
+    if let DataType::Map(entries, sorted) = dt {
+        if let DataType::Struct(kv) = entries.data_type() {
+            let strings = |f: &Arc<ArrowField>| f.data_type() == &DataType::Utf8;
+            if kv.len() == 2 && kv.iter().all(strings) {
+                return Ok((entries.clone(), *sorted));
+            }
+        }
+    }
+    Err(bad_type(name, "map<string, string>", dt))
+}
+
+fn builder_of(name: &str, ty: Ty, dt: &DataType) -> Result<Builder, ArrowError> {
+    let b = match (ty, dt) {
+        (Ty::Int, DataType::Int64) => Builder::Int(Int64Builder::new()),
+        (Ty::Float, DataType::Float64) => Builder::Float(Float64Builder::new()),
+        (Ty::Bool, DataType::Boolean) => Builder::Bool(BooleanBuilder::new()),
+        (Ty::Str, DataType::Utf8) => Builder::Str(StringBuilder::new()),
+        (Ty::Map, _) => {
+            let (entries, sorted) = string_map(name, dt)?;
+            Builder::Map(MapColumn::new(entries, sorted))
+        }
+        (Ty::Int, _) => return Err(bad_type(name, "int64", dt)),
+        (Ty::Float, _) => return Err(bad_type(name, "double", dt)),
+        (Ty::Bool, _) => return Err(bad_type(name, "bool", dt)),
+        (Ty::Str, _) => return Err(bad_type(name, "string", dt)),
+    };
+    Ok(b)
+}
+
+impl TableBuilder {
+    /// A builder for `schema`, storing events of `kinds` (names as `Event::kind`), with the
+    /// columns named in `constants` filled with their value on every row.
+    pub fn new(
+        schema: SchemaRef,
+        kinds: &[&str],
+        constants: &[(&str, &str)],
+    ) -> Result<TableBuilder, ArrowError> {
+        let mut mask = 0u16;
+        for kind in kinds {
+            let Some(i) = KINDS.iter().position(|k| k == kind) else {
+                return Err(ArrowError::SchemaError(format!(
+                    "the core makes no {kind:?} events"
+                )));
+            };
+            mask |= 1 << i;
+        }
+        let mut columns = Vec::with_capacity(schema.fields().len());
+        for f in schema.fields().iter() {
+            let name = f.name().as_str();
+            let dt = f.data_type();
+            let (source, builder) = if let Some((_, v)) = constants.iter().find(|(c, _)| *c == name)
+            {
+                if dt != &DataType::Utf8 {
+                    return Err(bad_type(name, "string (a constant)", dt));
+                }
+                (
+                    Source::Const((*v).to_owned()),
+                    Builder::Str(StringBuilder::new()),
+                )
+            } else if name == "kind" {
+                if dt != &DataType::Utf8 {
+                    return Err(bad_type(name, "string", dt));
+                }
+                (Source::Kind, Builder::Str(StringBuilder::new()))
+            } else if name == "time" {
+                if !matches!(dt, DataType::Timestamp(TimeUnit::Microsecond, _)) {
+                    return Err(bad_type(name, "timestamp[us]", dt));
+                }
+                (
+                    Source::Time,
+                    Builder::Time(TimestampMicrosecondBuilder::new()),
+                )
+            } else if let Some((_, field, ty)) = FIELDS.iter().find(|(n, _, _)| *n == name) {
+                (Source::Field(*field), builder_of(name, *ty, dt)?)
+            } else if let Some(key) = PROMOTED_ARGS.iter().find(|k| **k == name) {
+                (Source::Promoted(false, key), promoted_builder(name, dt)?)
+            } else if let Some((key, _)) = PROMOTED_PROPERTIES.iter().find(|(_, c)| *c == name) {
+                (Source::Promoted(true, key), promoted_builder(name, dt)?)
+            } else {
+                return Err(ArrowError::SchemaError(format!(
+                    "column {name:?} is not known to the core (no event field, promoted argument or property, or constant of that name)"
+                )));
+            };
+            columns.push(Column {
+                name: name.to_owned(),
+                data_type: dt.clone(),
+                source,
+                builder,
+            });
+        }
+        Ok(TableBuilder {
+            schema,
+            kinds: mask,
+            columns,
+            row_kinds: Vec::new(),
+            scratch: Vec::with_capacity(256),
+        })
+    }
+
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    /// Rows appended since the last `finish`.
+    pub fn len(&self) -> usize {
+        self.row_kinds.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.row_kinds.is_empty()
+    }
+
+    /// Whether events of this kind are rows of this table.
+    pub fn takes(&self, ev: &Event) -> bool {
+        self.kinds & kind_bit(ev) != 0
+    }
+
+    /// Append the events of this table's kinds (others are passed over). After an error the
+    /// builder is in an unknown state: drop it.
+    pub fn append(&mut self, events: &[Event]) -> Result<(), ArrowError> {
+        let rows: Vec<&Event> = events.iter().filter(|ev| self.takes(ev)).collect();
+        if rows.is_empty() {
+            return Ok(());
+        }
+        if self.is_empty() {
+            // sized once for the rows to come, not grown by doubling (and copying) row by row
+            for col in &mut self.columns {
+                if !matches!(col.source, Source::Kind | Source::Const(_)) {
+                    col.builder = col.builder.fresh(rows.len());
+                }
+            }
+        }
+        // column by column over chunks of rows small enough to stay in cache
+        for chunk in rows.chunks(CHUNK_ROWS) {
+            for col in &mut self.columns {
+                col.append_rows(chunk, &mut self.scratch)?;
+            }
+        }
+        self.row_kinds.extend(rows.iter().map(|ev| ev.kind()));
+        Ok(())
+    }
+
+    /// The rows appended so far as one batch in schema order; the builder starts afresh.
+    pub fn finish(&mut self) -> Result<RecordBatch, ArrowError> {
+        let rows = self.row_kinds.len();
+        let mut arrays = Vec::with_capacity(self.columns.len());
+        for col in &mut self.columns {
+            arrays.push(col.finish(rows, &self.row_kinds)?);
+        }
+        self.row_kinds.clear();
+        RecordBatch::try_new(self.schema.clone(), arrays)
+    }
+}
+
+fn promoted_builder(name: &str, dt: &DataType) -> Result<Builder, ArrowError> {
+    match dt {
+        DataType::Int64 => Ok(Builder::Int(Int64Builder::new())),
+        DataType::Boolean => Ok(Builder::Bool(BooleanBuilder::new())),
+        DataType::Utf8 => Ok(Builder::Str(StringBuilder::new())),
+        _ => Err(bad_type(name, "string, int64 or bool (promoted)", dt)),
+    }
+}
+
+/// The value of `key` in an event's args (`props` false) or properties (true).
+fn promoted_value<'e>(ev: &'e Event, props: bool, key: &str) -> Option<&'e Value> {
+    let table = match (ev, props) {
+        (Event::Frame(e), false) => e.args.as_ref(),
+        (Event::Frame(e), true) => e.properties.as_ref(),
+        (Event::Message(e), false) => Some(&e.args),
+        (Event::Message(e), true) => Some(&e.properties),
+        _ => None,
+    };
+    table.and_then(|t| get(t, key))
+}
+
+/// A batch as the Arrow C data interface's array and schema (a struct array of the columns):
+/// what `__arrow_c_array__` hands out. The buffers are shared, not copied.
+pub fn to_ffi(batch: &RecordBatch) -> Result<(FFI_ArrowArray, FFI_ArrowSchema), ArrowError> {
+    let data = StructArray::from(batch.clone()).into_data();
+    let schema = FFI_ArrowSchema::try_from(batch.schema().as_ref())?;
+    Ok((FFI_ArrowArray::new(&data), schema))
+}
+
+/// The schema behind an imported C data interface schema (borrowed: the caller keeps it).
+pub fn schema_from_ffi(ffi: &FFI_ArrowSchema) -> Result<Schema, ArrowError> {
+    Schema::try_from(ffi)
+}
+
+/// Events to the batches of several tables at once, each event to the table of its kind.
+pub struct Tables {
+    tables: Vec<(String, TableBuilder)>,
+}
+
+impl Tables {
+    /// `tables`: (name, schema, kinds); `constants` as for `TableBuilder::new`.
+    pub fn new(
+        tables: Vec<(String, SchemaRef, Vec<String>)>,
+        constants: &[(&str, &str)],
+    ) -> Result<Tables, ArrowError> {
+        let mut out = Vec::with_capacity(tables.len());
+        for (name, schema, kinds) in tables {
+            let kinds: Vec<&str> = kinds.iter().map(String::as_str).collect();
+            let builder = TableBuilder::new(schema, &kinds, constants)
+                .map_err(|e| ArrowError::SchemaError(format!("table {name:?}: {e}")))?;
+            out.push((name, builder));
+        }
+        Ok(Tables { tables: out })
+    }
+
+    pub fn append(&mut self, events: &[Event]) -> Result<(), ArrowError> {
+        for (_, t) in &mut self.tables {
+            t.append(events)?;
+        }
+        Ok(())
+    }
+
+    /// The batch of every table that has rows, in the order the tables were given.
+    pub fn finish(&mut self) -> Result<Vec<(String, RecordBatch)>, ArrowError> {
+        let mut out = Vec::new();
+        for (name, t) in &mut self.tables {
+            if !t.is_empty() {
+                out.push((name.clone(), t.finish()?));
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{Base, Dir, Frame, Gap, Message};
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{Int64Type, TimestampMicrosecondType};
+
+    fn name(s: &str) -> crate::value::Name {
+        Arc::from(s)
+    }
+
+    /// The texts are what rows.py's `map_items` gives for the Python values the binding makes
+    /// of each variant (str, bool, int, float, Decimal, bytes, Timestamp, dict, list, Problem).
+    #[test]
+    fn map_text_of_every_value() {
+        let cases = [
+            (Value::Null, "null"),
+            (Value::Bool(true), "true"),
+            (Value::Bool(false), "false"),
+            (Value::Int(-42), "-42"),
+            (Value::UInt(u64::MAX), "18446744073709551615"),
+            (Value::Float(1.5), "1.5"),
+            (Value::Float(f64::NAN), "null"),
+            (Value::Float(1e16), "1e+16"),
+            (
+                Value::Decimal {
+                    scale: 2,
+                    digits: 150,
+                },
+                "\"1.50\"",
+            ),
+            (
+                Value::Decimal {
+                    scale: 7,
+                    digits: 1,
+                },
+                "\"1E-7\"",
+            ),
+            (Value::Str("a\"b\n/é".into()), "a\"b\n/é"),
+            (Value::Bytes(vec![0, 0xff]), "{\"hex\":\"00ff\"}"),
+            (Value::Timestamp(1_700_000_000), "1700000000"),
+            (
+                Value::Table(vec![
+                    (name("k"), Value::Str("v".into())),
+                    (name("n"), Value::Int(1)),
+                    (name("x"), Value::Bytes(vec![1])),
+                ]),
+                "{\"k\":\"v\",\"n\":1,\"x\":{\"hex\":\"01\"}}",
+            ),
+            (
+                Value::Array(vec![
+                    Value::Int(1),
+                    Value::Str("two".into()),
+                    Value::Null,
+                    Value::Float(2.0),
+                ]),
+                "[1,\"two\",null,2.0]",
+            ),
+            (
+                Value::Problem("bad \"table\"".into()),
+                "\"bad \\\"table\\\"\"",
+            ),
+            (Value::Table(vec![]), "{}"),
+            (Value::Array(vec![]), "[]"),
+        ];
+        let mut scratch = Vec::new();
+        for (v, want) in cases {
+            map_text(&v, &mut scratch);
+            assert_eq!(String::from_utf8_lossy(&scratch), want, "{v:?}");
+        }
+    }
+
+    fn map_type() -> DataType {
+        let entries = ArrowField::new(
+            "entries",
+            DataType::Struct(
+                vec![
+                    ArrowField::new("key", DataType::Utf8, false),
+                    ArrowField::new("value", DataType::Utf8, true),
+                ]
+                .into(),
+            ),
+            false,
+        );
+        DataType::Map(Arc::new(entries), false)
+    }
+
+    fn schema(extra: &[(&str, DataType)]) -> SchemaRef {
+        let mut fields = vec![
+            ArrowField::new("capture", DataType::Utf8, false),
+            ArrowField::new("kind", DataType::Utf8, false),
+            ArrowField::new("packet", DataType::Int64, false),
+            ArrowField::new("ts", DataType::Float64, false),
+            ArrowField::new(
+                "time",
+                DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+                false,
+            ),
+            ArrowField::new("dir", DataType::Utf8, true),
+            ArrowField::new("channel", DataType::Int64, true),
+            ArrowField::new("size", DataType::Int64, true),
+            ArrowField::new("method", DataType::Utf8, true),
+            ArrowField::new("args", map_type(), true),
+            ArrowField::new("lost_frame", DataType::Utf8, true),
+            ArrowField::new("exchange", DataType::Utf8, true),
+            ArrowField::new("delivery_tag", DataType::Int64, true),
+            ArrowField::new("mandatory", DataType::Boolean, true),
+            ArrowField::new("message_type", DataType::Utf8, true),
+        ];
+        for (n, dt) in extra {
+            fields.push(ArrowField::new(*n, dt.clone(), true));
+        }
+        Arc::new(Schema::new(fields))
+    }
+
+    const CONSTANTS: [(&str, &str); 1] = [("capture", "file:x.pcap")];
+
+    #[test]
+    fn unknown_column_is_an_error() {
+        let s = schema(&[("severity", DataType::Utf8)]);
+        let err = TableBuilder::new(s, &["frame"], &CONSTANTS)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("\"severity\" is not known"), "{err}");
+    }
+
+    #[test]
+    fn wrong_type_is_an_error() {
+        let s = schema(&[("offset", DataType::Utf8)]);
+        let err = TableBuilder::new(s, &["frame"], &CONSTANTS)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("\"offset\" must be int64"), "{err}");
+        // a constant must be a string column, a promoted column a string, int64 or bool
+        let s = schema(&[("routing_key", DataType::Float64)]);
+        assert!(TableBuilder::new(s, &["frame"], &CONSTANTS).is_err());
+        let s = schema(&[]);
+        assert!(TableBuilder::new(s, &["frame"], &[("packet", "1")]).is_err());
+    }
+
+    #[test]
+    fn unknown_kind_is_an_error() {
+        assert!(TableBuilder::new(schema(&[]), &["finding"], &CONSTANTS).is_err());
+    }
+
+    fn base(packet: u64, ts_ns: i64) -> Base {
+        Base {
+            packet,
+            ts_ns,
+            conn: 0,
+            dir: Some(Dir::C2S),
+            channel: Some(1),
+        }
+    }
+
+    #[test]
+    fn rows_by_name() -> Result<(), ArrowError> {
+        let args = vec![
+            (name("ticket"), Value::Int(0)),
+            (name("exchange"), Value::Str("ex".into())),
+            (name("routing_key"), Value::Str("rk".into())),
+            (name("mandatory"), Value::Bool(true)),
+            (name("delivery_tag"), Value::UInt(u64::MAX)), // not an int64: null
+        ];
+        let frame = Frame {
+            base: base(3, 1_700_000_000_123_456_789),
+            ftype: "method".into(),
+            size: 20,
+            class_id: Some(60),
+            method_id: Some(40),
+            method: Some("basic.publish".into()),
+            args: Some(args.clone()),
+            body_size: None,
+            properties: None,
+            resync: false,
+            problem: None,
+            payload: None,
+        };
+        let gap = Gap {
+            base: base(4, 1_700_000_001_000_000_000),
+            size: 100,
+            lost_frame: Some("body".into()),
+        };
+        let message = Message {
+            base: base(5, 0),
+            method: "basic.publish".into(),
+            args,
+            properties: vec![(name("type"), Value::Str("t".into()))],
+            body_size: 0,
+            body_received: 0,
+            complete: true,
+            first_packet: 3,
+            frames: 2,
+            body_sha256: None,
+            body: None,
+        };
+        let events = [
+            Event::Frame(Box::new(frame)),
+            Event::Message(Box::new(message)),
+            Event::Gap(gap),
+        ];
+        let mut b = TableBuilder::new(schema(&[]), &["frame", "gap"], &CONSTANTS)?;
+        b.append(&events)?;
+        assert_eq!(b.len(), 2); // the message is not of this table's kinds
+        let batch = b.finish()?;
+        assert!(b.is_empty());
+        let col = |n: &str| batch.column_by_name(n).cloned();
+        let strings = |n: &str| -> Vec<Option<String>> {
+            col(n)
+                .map(|c| {
+                    c.as_string::<i32>()
+                        .iter()
+                        .map(|s| s.map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let ints = |n: &str| -> Vec<Option<i64>> {
+            col(n)
+                .map(|c| c.as_primitive::<Int64Type>().iter().collect())
+                .unwrap_or_default()
+        };
+        let some = |s: &str| Some(s.to_owned());
+        assert_eq!(
+            strings("capture"),
+            [some("file:x.pcap"), some("file:x.pcap")]
+        );
+        assert_eq!(strings("kind"), [some("frame"), some("gap")]);
+        assert_eq!(ints("packet"), [Some(3), Some(4)]);
+        assert_eq!(ints("size"), [Some(20), Some(100)]);
+        assert_eq!(strings("method"), [some("basic.publish"), None]);
+        assert_eq!(strings("lost_frame"), [None, some("body")]);
+        assert_eq!(strings("exchange"), [some("ex"), None]);
+        assert_eq!(ints("delivery_tag"), [None, None]);
+        assert_eq!(strings("message_type"), [None, None]);
+        let times: Vec<Option<i64>> = col("time")
+            .map(|c| {
+                c.as_primitive::<TimestampMicrosecondType>()
+                    .iter()
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert_eq!(
+            times,
+            [Some(1_700_000_000_123_456), Some(1_700_000_001_000_000)]
+        );
+        let args = col("args").map(|c| c.as_map().clone());
+        let args = args.ok_or_else(|| ArrowError::ComputeError("no args".into()))?;
+        assert!(args.is_valid(0) && args.is_null(1));
+        let values: Vec<Option<&str>> = args.values().as_string::<i32>().iter().collect();
+        assert_eq!(
+            values,
+            [
+                Some("0"),
+                Some("ex"),
+                Some("rk"),
+                Some("true"),
+                Some("18446744073709551615")
+            ]
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn out_of_range_is_an_error() -> Result<(), ArrowError> {
+        let gap = Gap {
+            base: base(1, 0),
+            size: u64::MAX,
+            lost_frame: None,
+        };
+        let mut b = TableBuilder::new(schema(&[]), &["gap"], &CONSTANTS)?;
+        assert!(b.append(&[Event::Gap(gap)]).is_err());
+        Ok(())
+    }
+}
