@@ -507,20 +507,10 @@ impl Conn {
                     resync,
                 } => {
                     let done = self.body(ctx, d, channel, &payload, packet, ts_ns);
-                    sink.push(Event::Frame(Box::new(Frame {
-                        base: base(id, packet, ts_ns, d, Some(channel)),
-                        ftype: "body".into(),
-                        size: payload.len() as u32,
-                        class_id: None,
-                        method_id: None,
-                        method: None,
-                        args: None,
-                        body_size: None,
-                        properties: None,
-                        resync,
-                        problem: None,
-                        payload: Some(payload),
-                    })));
+                    let b = base(id, packet, ts_ns, d, Some(channel));
+                    let mut frame = plain_frame(b, FRAME_BODY, payload.len() as u32, resync);
+                    frame.payload = Some(payload);
+                    sink.push(Event::Frame(Box::new(frame)));
                     sink.extend(done);
                 }
                 StreamItem::Frame {
@@ -716,20 +706,7 @@ impl Conn {
                 }
             }
             _ => {
-                out.push(Event::Frame(Box::new(Frame {
-                    base: b,
-                    ftype: frame_type_name(ftype),
-                    size,
-                    class_id: None,
-                    method_id: None,
-                    method: None,
-                    args: None,
-                    body_size: None,
-                    properties: None,
-                    resync,
-                    problem: None,
-                    payload: None,
-                })));
+                out.push(Event::Frame(Box::new(plain_frame(b, ftype, size, resync))));
             }
         }
     }
@@ -902,6 +879,24 @@ impl Conn {
             client_properties: cp,
             server_properties: sp,
         }))
+    }
+}
+
+/// A frame that carries no method or properties (body, heartbeat, the 0-8/0-9 oob and trace types).
+fn plain_frame(base: Base, ftype: u8, size: u32, resync: bool) -> Frame {
+    Frame {
+        base,
+        ftype: frame_type_name(ftype),
+        size,
+        class_id: None,
+        method_id: None,
+        method: None,
+        args: None,
+        body_size: None,
+        properties: None,
+        resync,
+        problem: None,
+        payload: None,
     }
 }
 
