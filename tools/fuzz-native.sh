@@ -12,7 +12,7 @@ targets=("$@")
 command -v cargo-fuzz >/dev/null || cargo install -q cargo-fuzz
 py=.venv/bin/python
 [ -x "$py" ] || py=python3
-"$py" -m amqpscope.dissect.tables > crates/amqpscope-core/fuzz/tables.json
+"$py" -c "from amqpscope.dissect.tables import tables_json; print(tables_json())" > crates/amqpscope-core/fuzz/tables.json
 [ -d crates/amqpscope-core/fuzz/corpus ] || "$py" tools/fuzz_seeds.py crates/amqpscope-core/fuzz/corpus
 export RUSTC_BOOTSTRAP=1
 cd crates/amqpscope-core
