@@ -231,9 +231,11 @@ def test_body_size_2_64_minus_1() -> None:
 
 
 def test_body_size_2_64_minus_1_memory() -> None:
-    """The kept body (16 MiB) and the frames in flight: packets go to the core as they come."""
+    """Bounded by what is kept, not by the declared size: the 24 MiB of body frames this test itself
+    holds (every event is kept in a list), the core's kept body (16 MiB, reserved once) and the copy
+    of it the message hands to Python (16 MiB). Packets go to the core as they come."""
     _events, _stats, peak, _took = _run(_huge_body_packets())
-    assert peak < 48 << 20
+    assert peak < 64 << 20
 
 
 def test_body_size_2_64_minus_1_through_the_cli(tmp_path: Path) -> None:

@@ -699,6 +699,14 @@ impl Conn {
                 content.body_size = h.body_size;
                 content.frames += 1;
                 content.sha = Some(Sha256::new());
+                if ctx.options.keep_bodies {
+                    // the whole kept body at once: growing it by doubling would copy it and hold
+                    // twice its size at the moment of each copy
+                    let kept = h.body_size.min(ctx.limits.max_body_kept);
+                    content
+                        .body
+                        .reserve_exact(usize::try_from(kept).unwrap_or(0));
+                }
                 if h.body_size == 0 {
                     if let Some(content) = self.contents.remove(&(d, channel)) {
                         out.push(self.message(d, channel, content, packet, ts_ns, true));
