@@ -116,6 +116,8 @@ def summary_line(iface: str, seconds: float, st: LiveStats, counts: dict[str, in
             f"{st.dropped} dropped ({_drop_parts(st)})")  # fmt: skip
     if st.unprocessed:
         text += f"; {st.unprocessed} read but not decoded (stopped)"
+    if st.backend not in IN_PROCESS and st.kernel_received is not None and st.kernel_received > st.captured + st.dropped:
+        text += f"; the kernel passed {st.kernel_received} through the filter (the rest came after the stop)"
     return text
 
 
@@ -259,7 +261,24 @@ class _Job:
         flush_out = writer.flush if is_jsonl else writer.out.flush
         view = None if is_jsonl or not hasattr(writer, "console") else _LiveView(writer, counts, self._packets)
         body = writer.body
+        tight = is_jsonl and predicate is None and analyzer is None and body == "none"
         for batch in events:
+            if tight:  # count, then the writer's own loop (as decode's validated path)
+                for ev in batch:
+                    t = type(ev)
+                    if t is Frame:
+                        counts["frames"] += 1
+                    elif t is Message:
+                        counts["messages"] += 1
+                    elif t is Finding:
+                        counts["findings"] += 1
+                    elif t is Connection and ev.state == "open":
+                        counts["connections"] += 1
+                writer.write_all(batch)
+                flush_out()
+                if count is not None and counts["frames"] >= count and on_frame_limit is not None:
+                    on_frame_limit()
+                continue
             for ev in batch:
                 t = type(ev)
                 if t is Frame:

@@ -2097,3 +2097,167 @@ mod send {
         send::<crate::net::SegmentParser>();
     }
 }
+
+#[cfg(test)]
+mod live_tests {
+    use std::io::{self, Read, Write};
+    use std::sync::mpsc::{channel, Receiver};
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use super::*;
+
+    fn block(btype: u32, body: &[u8]) -> Vec<u8> {
+        let mut body = body.to_vec();
+        while !body.len().is_multiple_of(4) {
+            body.push(0);
+        }
+        let total = (body.len() + 12) as u32;
+        let mut v = btype.to_le_bytes().to_vec();
+        v.extend_from_slice(&total.to_le_bytes());
+        v.extend_from_slice(&body);
+        v.extend_from_slice(&total.to_le_bytes());
+        v
+    }
+
+    fn head() -> Vec<u8> {
+        let mut b = 0x1A2B_3C4Du32.to_le_bytes().to_vec();
+        b.extend_from_slice(&[1, 0, 0, 0]);
+        b.extend_from_slice(&(-1i64).to_le_bytes());
+        let mut v = block(SHB, &b);
+        let mut i = 1u16.to_le_bytes().to_vec();
+        i.extend_from_slice(&[0, 0]);
+        i.extend_from_slice(&65535u32.to_le_bytes());
+        v.extend(block(IDB, &i));
+        v
+    }
+
+    fn epb(ticks: u64, data: &[u8]) -> Vec<u8> {
+        let mut b = Vec::new();
+        for x in [
+            0,
+            (ticks >> 32) as u32,
+            ticks as u32,
+            data.len() as u32,
+            data.len() as u32,
+        ] {
+            b.extend_from_slice(&x.to_le_bytes());
+        }
+        b.extend_from_slice(data);
+        block(EPB, &b)
+    }
+
+    fn isb(counters: &[(u16, u64)]) -> Vec<u8> {
+        let mut b = Vec::new();
+        for x in [0u32, 0, 0] {
+            b.extend_from_slice(&x.to_le_bytes());
+        }
+        for &(code, v) in counters {
+            b.extend_from_slice(&code.to_le_bytes());
+            b.extend_from_slice(&8u16.to_le_bytes());
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        b.extend_from_slice(&[0, 0, 0, 0]);
+        block(ISB, &b)
+    }
+
+    /// A pipe: chunks arrive when the test sends them; a read that would wait fails the test
+    /// instead of hanging it.
+    struct Pipe(Receiver<Vec<u8>>, Vec<u8>);
+
+    impl Read for Pipe {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            if self.1.is_empty() {
+                match self.0.recv_timeout(Duration::from_secs(2)) {
+                    Ok(chunk) => self.1 = chunk,
+                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return Ok(0),
+                    Err(_) => return Err(io::Error::other("read waited for data that never came")),
+                }
+            }
+            let n = self.1.len().min(buf.len());
+            buf[..n].copy_from_slice(&self.1[..n]);
+            self.1.drain(..n);
+            Ok(n)
+        }
+    }
+
+    #[derive(Clone, Default)]
+    struct Sink(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_live_reader_hands_over_each_record_as_soon_as_it_is_complete() {
+        let (tx, rx) = channel();
+        let mut r =
+            PacketReader::from_reader(Box::new(Pipe(rx, Vec::new())), "pipe", &Limits::default())
+                .unwrap();
+        r.set_live(true);
+        let sink = Sink::default();
+        r.set_copy(Box::new(sink.clone()));
+        let mut first = head();
+        first.extend(epb(1000, b"one"));
+        tx.send(first.clone()).unwrap();
+        // nothing more has arrived: a file reader would wait for a whole chunk
+        assert_eq!(r.next_packet().unwrap().unwrap().data, b"one");
+        assert!(!r.record_ready());
+        // a record arriving in two pieces, then two at once
+        let second = epb(2000, b"two");
+        tx.send(second[..10].to_vec()).unwrap();
+        tx.send(second[10..].to_vec()).unwrap();
+        assert_eq!(r.next_packet().unwrap().unwrap().data, b"two");
+        let mut both = epb(3000, b"three");
+        both.extend(epb(4000, b"four"));
+        tx.send(both.clone()).unwrap();
+        assert_eq!(r.next_packet().unwrap().unwrap().data, b"three");
+        assert!(r.record_ready());
+        assert_eq!(r.next_packet().unwrap().unwrap().data, b"four");
+        // the helper's statistics at the end, then the end of the pipe
+        let stats = isb(&[(4, 10), (5, 2), (7, 1)]);
+        tx.send(stats.clone()).unwrap();
+        drop(tx);
+        assert_eq!(r.next_packet().unwrap(), None);
+        let st = &r.interface_stats()[&(1, 0)];
+        assert_eq!(
+            (st.ifrecv, st.ifdrop, st.osdrop, st.usrdeliv),
+            (Some(10), Some(2), Some(1), None)
+        );
+        // the copy is the stream, block for block
+        let mut all = first;
+        all.extend(second);
+        all.extend(both);
+        all.extend(stats);
+        assert_eq!(*sink.0.lock().unwrap(), all);
+    }
+
+    #[test]
+    fn the_copy_holds_only_complete_records() {
+        let mut bytes = head();
+        bytes.extend(epb(1, b"whole"));
+        let whole = bytes.len();
+        bytes.extend(&epb(2, b"cut short")[..20]);
+        let mut r = PacketReader::from_reader(
+            Box::new(io::Cursor::new(bytes.clone())),
+            "x",
+            &Limits::default(),
+        )
+        .unwrap();
+        r.set_live(true);
+        let sink = Sink::default();
+        r.set_copy(Box::new(sink.clone()));
+        assert!(r.next_packet().unwrap().is_some());
+        assert!(matches!(
+            r.next_packet(),
+            Err(CaptureError::Truncated { .. })
+        ));
+        assert_eq!(*sink.0.lock().unwrap(), bytes[..whole].to_vec());
+    }
+}
