@@ -37,6 +37,11 @@ from .live import BadCaptureFilter, CapturePermissionError, LiveCaptureError, No
 HELPERS = ("dumpcap", "tcpdump")
 START_TIMEOUT = 10.0  # seconds for the helper to open the interface (or fail)
 STOP_TIMEOUT = 5.0  # seconds for the helper to flush and exit after SIGTERM before SIGKILL
+# A stop is passed on this much later: dumpcap and tcpdump hand packets over in blocks with a timeout
+# (libpcap's TPACKET_V3, dumpcap's 250 ms), and those still in the kernel's ring when they get
+# SIGTERM are lost without being counted as drops. Waiting a little longer than that first lets
+# every packet that arrived before Ctrl-C, SIGTERM or the end of --duration reach the decode.
+STOP_DELAY = 0.6
 SNAPLEN = 262144
 
 
@@ -229,6 +234,7 @@ class CaptureHelper:
         self.command = helper_command(name, path, iface, bpf, buffer_mib, snaplen)
         self.proc: subprocess.Popen[bytes] | None = None
         self.stopped = False  # we asked it to stop
+        self._timer: threading.Timer | None = None
         self._stderr: list[str] = []
         self._reader: threading.Thread | None = None
 
@@ -247,8 +253,11 @@ class CaptureHelper:
 
     def start(self, timeout: float = START_TIMEOUT) -> None:
         try:
+            # its own process group: a Ctrl-C on the terminal reaches amqpscope only, which passes the
+            # stop on after STOP_DELAY (and always reaps the helper; see close())
             self.proc = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, bufsize=0, close_fds=True)  # fmt: skip
+                                         stderr=subprocess.PIPE, bufsize=0, close_fds=True,
+                                         process_group=0)  # fmt: skip
         except PermissionError:
             raise CapturePermissionError(
                 f"no permission to capture on {self.iface!r}: {permission_hint(self.name, self.path)}"
@@ -286,15 +295,28 @@ class CaptureHelper:
         if self._reader is not None:
             self._reader.join(timeout=STOP_TIMEOUT)
 
-    def stop(self) -> None:
-        """Ask the helper to end; the pipe then reaches its end once it has flushed."""
+    def stop(self, delay: float = STOP_DELAY) -> None:
+        """Ask the helper to end, ``delay`` seconds from now (see STOP_DELAY); the pipe then reaches
+        its end once it has flushed what it captured and written its statistics."""
+        if self.stopped:
+            return
         self.stopped = True
+        if delay <= 0:
+            self._terminate()
+            return
+        self._timer = threading.Timer(delay, self._terminate)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _terminate(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 self.proc.send_signal(signal.SIGTERM)
 
     def kill(self) -> None:
         self.stopped = True
+        if self._timer is not None:
+            self._timer.cancel()
         if self.proc is not None and self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 self.proc.kill()
@@ -304,7 +326,11 @@ class CaptureHelper:
         how long it may take to exit after SIGTERM before its pipe is closed (STOP_TIMEOUT)."""
         if self.proc is None:
             return None
-        self.stop()
+        if self.stopped:
+            if self._timer is not None:
+                self._timer.join()  # a stop on its way: let it arrive
+        else:
+            self.stop(delay=0)
         try:
             rc = self.proc.wait(timeout=STOP_TIMEOUT if grace is None else grace)
         except subprocess.TimeoutExpired:

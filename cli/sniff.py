@@ -360,6 +360,7 @@ class _Job:
                 worker.join(0.2)
         finally:
             stopper.restore()
+            ended_alone = not helper.stopped and helper.exit_status() is not None  # nobody asked it to
             reading_done = bool(dec.capture_stats()["done"])
             rc = helper.close(grace=0.5 if reading_done else None)
             worker.join(timeout=5)
@@ -385,7 +386,7 @@ class _Job:
                 raise err
             capture_error = err
         limit_reached = self.count is not None and cs["frames"] >= self.count
-        if not helper.stopped and not limit_reached:
+        if ended_alone and not limit_reached:
             why = f": {capture_error}" if capture_error is not None else ""
             last = _last_error_line(helper.stderr)
             click.echo(f"amqpscope: error: capture helper {name} ended unexpectedly ({describe_exit(rc)}) after "

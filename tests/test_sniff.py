@@ -563,6 +563,7 @@ CAP_GROUP, CAP_USER, NOCAP_USER = "amqpscope-cap", "amqpscope-cap1", "amqpscope-
 class _Users:
     capture: list[str]  # command prefix: the user in the capture group
     other: list[str]  # a user without the group
+    env: dict[str, dict[str, str]]  # the environment of each (by prefix[2], the user)
     workdir: Path  # writable by both
 
 
@@ -570,7 +571,7 @@ def _run_root(*cmd: str) -> None:
     subprocess.run(cmd, check=True, capture_output=True, timeout=30)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def capture_users() -> Iterator[_Users]:
     """An unprivileged user in a capture group that may run dumpcap, which gets its capabilities (as
     ``dpkg-reconfigure wireshark-common`` would set them up), and one without the group. Afterwards
@@ -600,13 +601,17 @@ def capture_users() -> Iterator[_Users]:
         os.chmod(real, 0o750)
         _run_root("setcap", "cap_net_raw,cap_net_admin=eip", real)
         os.chmod(workdir, 0o777)
+        # setpriv runs the interpreter itself (an env in between could not reach a venv under /root)
         def as_user(user: str, group: str) -> list[str]:
-            return ["setpriv", "--reuid", user, "--regid", group, "--init-groups", "env", f"USER={user}",
-                    f"HOME={workdir}", f"PYTHONPATH={ROOT}"]  # fmt: skip
+            return ["setpriv", "--reuid", user, "--regid", group, "--init-groups"]
 
-        users = _Users(capture=as_user(CAP_USER, CAP_GROUP), other=as_user(NOCAP_USER, "nogroup"), workdir=workdir)
+        def env_of(user: str) -> dict[str, str]:
+            return {**os.environ, "USER": user, "LOGNAME": user, "HOME": str(workdir), "PYTHONPATH": str(ROOT)}
+
+        users = _Users(capture=as_user(CAP_USER, CAP_GROUP), other=as_user(NOCAP_USER, "nogroup"),
+                       env={CAP_USER: env_of(CAP_USER), NOCAP_USER: env_of(NOCAP_USER)}, workdir=workdir)  # fmt: skip
         probe = subprocess.run([*users.capture, sys.executable, "-c", "import amqpscope._native"], capture_output=True,
-                               cwd="/", timeout=60)  # fmt: skip
+                               cwd="/", timeout=60, env=users.env[CAP_USER])  # fmt: skip
         if probe.returncode != 0:
             pytest.skip(f"the unprivileged user cannot run this checkout: {probe.stderr.decode()[-200:]}")
         yield users
@@ -628,7 +633,7 @@ def test_unprivileged_user_sniffs_through_dumpcap(rabbitmq: PrivateBroker, captu
     """The analyzer runs as an ordinary user of the capture group: no capability anywhere but dumpcap."""
     pcap = capture_users.workdir / "live.pcapng"
     sniffer = Sniffer(capture_users.workdir, "-i", "lo", "--port", str(rabbitmq.port), "--format", "jsonl",
-                      "-w", str(pcap), prefix=tuple(capture_users.capture))  # fmt: skip
+                      "-w", str(pcap), prefix=tuple(capture_users.capture), env=capture_users.env[CAP_USER])  # fmt: skip
     try:
         got = _conversation(rabbitmq.port, "alice.unpriv", n=N)
         sniffer.wait_for(_closed_by_client(rabbitmq.port))
@@ -642,13 +647,14 @@ def test_unprivileged_user_sniffs_through_dumpcap(rabbitmq: PrivateBroker, captu
     # the Python process itself held no capability
     status = subprocess.run([*capture_users.capture, sys.executable, "-c",
                              "print([l for l in open('/proc/self/status') if l.startswith('CapEff')][0])"],
-                            capture_output=True, text=True, cwd="/", timeout=30)  # fmt: skip
+                            capture_output=True, text=True, cwd="/", timeout=30,
+                            env=capture_users.env[CAP_USER])  # fmt: skip
     assert status.stdout.split()[-1] == "0000000000000000"
 
 
 def test_user_without_the_capture_group_gets_the_fix(capture_users: _Users) -> None:
     res = subprocess.run([*capture_users.other, *_cli("sniff", "-i", "lo")], capture_output=True, text=True,
-                         cwd="/", timeout=60)  # fmt: skip
+                         cwd="/", timeout=60, env=capture_users.env[NOCAP_USER])  # fmt: skip
     assert res.returncode == 7, res.stderr
     line = _one_error_line(res.stderr)
     assert "no permission to capture on 'lo'" in line and "dumpcap" in line
@@ -665,8 +671,8 @@ def test_dumpcap_without_capabilities_names_them(tmp_path: Path) -> None:
     prefix = _unprivileged()
     if prefix is None:
         pytest.skip("cannot run as an unprivileged user here")
-    res = subprocess.run([*prefix, "env", f"PYTHONPATH={ROOT}", *_cli("sniff", "-i", "lo")], capture_output=True,
-                         text=True, cwd="/", timeout=60)  # fmt: skip
+    res = subprocess.run([*prefix, *_cli("sniff", "-i", "lo")], capture_output=True, text=True, cwd="/", timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(ROOT), "USER": "nobody"})  # fmt: skip
     assert res.returncode == 7, res.stderr
     line = _one_error_line(res.stderr)
     assert "dumpcap" in line and "cap_net_raw" in line and "sudo dpkg-reconfigure wireshark-common" in line
@@ -697,7 +703,8 @@ def test_helper_killed_mid_capture(rabbitmq: PrivateBroker, tmp_path: Path) -> N
     assert "capture helper dumpcap ended unexpectedly (killed by SIGKILL)" in sniffer.stderr
     assert "Traceback" not in sniffer.stderr
     recs = _ours(sniffer.records(), rabbitmq.port)
-    assert sum(1 for r in recs if r.get("method") == "basic.publish") == 3  # decoded before it died: kept
+    publishes = [r for r in recs if r["kind"] == "frame" and r.get("method") == "basic.publish"]
+    assert len(publishes) == 3  # decoded before it died: kept
     _assert_gone(pid)
 
 
