@@ -15,9 +15,11 @@ long after the end of the replay the capturer still had work; ``decode rate`` th
 packets over (replay time + lag): above the replay rate it keeps up, below it the kernel buffer (``-B``)
 absorbs the difference for as long as it is large enough.
 
-The recording stays where it is (never committed; see bench/record_large.py). Needs root (tcpreplay
-injects on lo), tcpreplay, dumpcap/tshark. Run it on a quiet machine: nothing else should use the
-recording's ports meanwhile.
+The recording stays where it is (never committed; see bench/record_large.py). A copy with its server
+port moved to a port nobody listens on (``tcprewrite --portmap``) is what is replayed, so that the
+replay reaches no socket on this machine (a broker listening on the recorded port would answer it).
+Needs root (tcpreplay injects on lo), tcpreplay, dumpcap/tshark. The load average is printed with
+every row: on a shared machine other work competes for the same cores.
 """
 
 from __future__ import annotations
@@ -37,6 +39,19 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, str(ROOT / "tests" / "run_cli.py")]
+
+
+def moved_copy(path: str, port: int, tmp: Path) -> tuple[str, int]:
+    """The recording with server port ``port`` moved to a free one: (copy, new port)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        free = s.getsockname()[1]
+    out = tmp / "replay.pcap"
+    subprocess.run(["tcprewrite", f"--portmap={port}:{free}", "--fixcsum", f"--infile={path}", f"--outfile={out}"],
+                   check=True, capture_output=True)  # fmt: skip
+    return str(out), free
 
 
 def file_facts(path: str, ports: list[int]) -> dict[str, Any]:
@@ -182,11 +197,14 @@ def main() -> None:
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("tcpreplay needs root")
-    bpf, ports = recording_filter(args.recording)
-    ref = file_facts(args.recording, ports)
-    print(f"recording {args.recording}: {ref['packets']} packets, {ref['frames']} AMQP frames; filter {bpf!r}")
-    modes = [m for m in args.modes.split(",") if m]
     tmp = Path(tempfile.mkdtemp(prefix="amqpscope-live-bench-"))
+    _, (port,) = recording_filter(args.recording)
+    recording, free = moved_copy(args.recording, port, tmp)
+    bpf, ports = f"tcp port {free}", [free]
+    ref = file_facts(recording, ports)
+    print(f"recording {args.recording} (port {port} moved to {free}): {ref['packets']} packets, {ref['frames']} "
+          f"AMQP frames; filter {bpf!r}")  # fmt: skip
+    modes = [m for m in args.modes.split(",") if m]
     results: list[dict[str, Any]] = []
 
     def make(kind: str) -> Capturer:
@@ -209,7 +227,8 @@ def main() -> None:
             for c in caps:
                 c.wait_ready()
             time.sleep(1.0)
-            rep = replay(args.recording, rate)
+            load0 = os.getloadavg()[0]
+            rep = replay(recording, rate)
             t_end = time.monotonic()
             lags = drain(caps, args.quiet, t_end)
             for c in caps:
@@ -218,7 +237,7 @@ def main() -> None:
                 # tshark -q prints only at the end: its work after the replay shows as its stop time
                 lag = lags[c.name] + stop_s if c.name == "tshark" else lags[c.name]
                 total = rep["seconds"] + lag
-                row = {"rate": rate, "capturer": c.name, "replay": rep, "lag_s": round(lag, 2),
+                row = {"rate": rate, "capturer": c.name, "replay": rep, "lag_s": round(lag, 2), "load": load0,
                        "decode_pps": round(ref["packets"] / total) if total else None, **res}  # fmt: skip
                 got_all = res.get("captured") == ref["packets"] if c.name == "tshark" else res.get("decoded") == ref["packets"]
                 row["lossless"] = bool(res.get("dropped") == 0 and got_all and res.get("frames") == ref["frames"])
@@ -226,7 +245,7 @@ def main() -> None:
                 print(f"rate {rate:>7} ({rep['pps']:>9,.0f} pps, {rep['mbps']:6.1f} Mbit/s, {rep['seconds']:5.1f} s) "
                       f"{c.name:<24} captured {res.get('captured')} frames {res.get('frames')} dropped "
                       f"{res.get('dropped')} ({res.get('drops', '')}) lag {lag:5.1f} s, decode {row['decode_pps']:,} "
-                      f"pkt/s -> {'LOSSLESS' if row['lossless'] else 'LOSS'}", flush=True)  # fmt: skip
+                      f"pkt/s -> {'LOSSLESS' if row['lossless'] else 'LOSS'} (load {load0:.1f})", flush=True)  # fmt: skip
     best: dict[str, Any] = {}
     for r in results:
         if r["lossless"]:
@@ -240,6 +259,9 @@ def main() -> None:
               f"{b['replay']['pps']:,.0f} packets/s ({b['replay']['mbps']:.1f} Mbit/s), lag {b['lag_s']} s"))  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps({"reference": ref, "results": results}, indent=2))
+    import shutil
+
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

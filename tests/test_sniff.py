@@ -753,3 +753,33 @@ def test_replay_at_rate_loses_nothing(rabbitmq: PrivateBroker, tmp_path: Path) -
     assert [_frame_key(r) for r in live_recs if r["kind"] == "frame"] == file_frames
     assert f"{packets} packets captured, {packets} decoded" in sniffer.stderr
     assert "; 0 dropped (kernel 0, dumpcap 0)" in sniffer.stderr
+
+
+def test_rich_view_shows_a_live_summary_at_high_rates() -> None:
+    """Above RICH_MAX_RATE events a second the terminal view prints a summary line, not every event."""
+    import io
+
+    from amqpscope.cli.sniff import RICH_MAX_RATE, _LiveView
+    from amqpscope.events import Frame
+    from amqpscope.output.console import ConsoleWriter
+    from rich.console import Console
+
+    out = io.StringIO()
+    writer = ConsoleWriter(Console(file=out, width=200, color_system=None), body="none")
+    counts = {"frames": 0, "messages": 0, "connections": 2, "findings": 1}
+    view = _LiveView(writer, counts, lambda: counts["frames"])
+    ev = Frame(packet=1, ts=0.0, conn=0, dir="c2s", channel=1, type="heartbeat", size=0)
+    shown = 0
+    for _ in range(5 * RICH_MAX_RATE):
+        counts["frames"] += 1
+        if view.show():
+            writer.write(ev, ev.to_record())
+            shown += 1
+    assert shown == RICH_MAX_RATE + 1  # then the view switched to the summary
+    view.window_start -= 1.0
+    view._last = (view._last[0] - 1.0, 0, 0)
+    view.tick()
+    text = out.getvalue()
+    assert "live summary once a second" in text
+    assert "frames/s" in text and "2 connections" in text and "1 findings" in text
+    assert f"{5 * RICH_MAX_RATE - RICH_MAX_RATE - 1} events not shown" in text
