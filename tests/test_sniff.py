@@ -760,9 +760,10 @@ def test_rich_view_shows_a_live_summary_at_high_rates() -> None:
     import io
 
     from amqpscope.cli.sniff import RICH_MAX_RATE, _LiveView
+    from rich.console import Console
+
     from amqpscope.events import Frame
     from amqpscope.output.console import ConsoleWriter
-    from rich.console import Console
 
     out = io.StringIO()
     writer = ConsoleWriter(Console(file=out, width=200, color_system=None), body="none")
