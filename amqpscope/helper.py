@@ -275,6 +275,8 @@ class CaptureHelper:
         while True:
             ready = poll.poll(100)
             if ready and ready[0][1] & select.POLLIN:
+                if self.stopped:  # asked to stop while it was starting
+                    self._terminate()
                 return  # the file header is there: the interface is open
             if ready or self.proc.poll() is not None:  # POLLHUP: it exited without writing
                 rc = self.proc.wait()

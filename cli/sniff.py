@@ -316,6 +316,15 @@ class _Job:
             except OSError as exc:
                 fail(f"cannot write {self.write_to!r}: {exc.strerror or exc}", LiveCaptureError.exit_code)
         helper = CaptureHelper(name, path, self.iface, self.bpf, buffer_mib)
+        abandon = threading.Event()
+        # the signal handlers first: a Ctrl-C or SIGTERM from now on stops the helper cleanly
+        stopper = _HelperStopper(helper, abandon, self.duration)
+        try:
+            return self._helper_run(name, helper, stopper, abandon)
+        finally:
+            stopper.restore()
+
+    def _helper_run(self, name: str, helper: CaptureHelper, stopper: _HelperStopper, abandon: threading.Event) -> int:
         try:
             helper.start()
         except LiveCaptureError as exc:
@@ -338,7 +347,6 @@ class _Job:
         t0 = time.monotonic()
         run_stats = RunStats()
         failure: list[BaseException] = []
-        abandon = threading.Event()
 
         def work() -> None:
             try:
@@ -352,7 +360,6 @@ class _Job:
                 failure.append(exc)
 
         worker = threading.Thread(target=work, name="amqpscope-decode", daemon=True)
-        stopper = _HelperStopper(helper, abandon, self.duration)
         worker.start()
         stopper.start()
         try:
