@@ -93,8 +93,8 @@ def _one_line(text: str) -> str:
 
 def _permission(iface: str) -> CapturePermissionError:
     return CapturePermissionError(
-        f"no permission to capture on {iface!r}: run as root or give the Python interpreter "
-        "CAP_NET_RAW (and CAP_NET_ADMIN), see docs/sniffing.md"
+        f"no permission to capture on {iface!r}: the in-process capture back ends need root; as an "
+        "ordinary user use the default capture helper (dumpcap), see docs/sniffing.md"
     )
 
 
@@ -114,11 +114,13 @@ class LiveStats:
     kernel_received: int | None = None  # passed the filter, as the kernel counts them
     kernel_dropped: int | None = None  # the kernel buffer was full: never read
     interface_dropped: int | None = None  # dropped by the interface or driver
+    helper_dropped: int | None = None  # capture helper (dumpcap, tcpdump): dropped by the helper itself
 
     @property
     def dropped(self) -> int:
         """Every packet that matched the filter but was not decoded because something was full."""
-        return self.backlog_dropped + (self.kernel_dropped or 0) + (self.interface_dropped or 0)
+        return (self.backlog_dropped + (self.kernel_dropped or 0) + (self.interface_dropped or 0)
+                + (self.helper_dropped or 0))  # fmt: skip
 
 
 # --- back ends --------------------------------------------------------------------------------------

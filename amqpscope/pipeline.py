@@ -193,6 +193,12 @@ def decode_packets(
     return chain.from_iterable(_staged(_engine_batches(engine, iter(packets), stats), stages))
 
 
+def live_batches(decoder: Any, stats: RunStats | None = None, stages: Iterable[Stage] = ()) -> Iterator[list[Event]]:
+    """The events of a ``_native.LiveDecoder`` (a capture helper's pipe) in lists as they become
+    decodable (an empty list when a read brought nothing new), through ``stages``."""
+    return _staged(_drain(decoder.events, stats, decoder.stats), stages)
+
+
 def _engine_batches(engine: Any, packets: Iterator[RawPacket], stats: RunStats | None) -> Iterator[list[Event]]:
     # One packet per trip: a live capture's packets must come out as they arrive, not when a
     # batch is full. (Files take the Decoder, which reads in the core.)

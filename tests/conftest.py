@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import amqpscope.cli
 import pytest
+
+# The tests exercise this checkout's commands: amqpscope.cli is the cli/ directory next to them, even
+# when the installed package was built from another tree (a worktree sharing a virtualenv).
+amqpscope.cli.__path__[:] = [str(Path(__file__).resolve().parents[1] / "cli")]
 
 pytest_plugins = ["tests.conftest_broker", "tests.conftest_spark"]
 

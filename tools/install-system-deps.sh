@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Install the Debian packages amqpscope's live tests, samples and benchmarks need:
 #   rabbitmq-server (private brokers, see amqpscope/testing/broker.py),
-#   tcpdump (loopback recording), tshark (oracle decoder).
+#   tcpdump (loopback recording, fallback capture helper), tshark (oracle decoder),
+#   wireshark-common (dumpcap: sniff's capture helper), libcap2-bin (setcap/getcap: the
+#   unprivileged-user sniff test gives dumpcap its capabilities for a test group, then restores it),
+#   tcpreplay (tcpreplay/tcprewrite: the replay test and bench/live.py).
 # Idempotent and quiet: does nothing when everything is already installed.
 # The system RabbitMQ service (and epmd) is never left running: amqpscope starts its
 # own private broker on other ports (25672+), so the packaged service is stopped and
 # disabled after installation. Works with or without systemd (containers).
 set -euo pipefail
 
-PKGS=(rabbitmq-server tcpdump tshark)
+PKGS=(rabbitmq-server tcpdump tshark wireshark-common libcap2-bin tcpreplay)
 
 missing=()
 for p in "${PKGS[@]}"; do
@@ -68,7 +71,8 @@ cleanup() {
 trap cleanup EXIT
 
 export DEBIAN_FRONTEND=noninteractive
-# tshark: answer wireshark-common's "allow non-superusers to capture" question.
+# wireshark-common: answer its "allow non-superusers to capture" question with No: the machine
+# keeps dumpcap without capabilities; the tests grant them to a test group and take them back.
 echo "wireshark-common wireshark-common/install-setuid boolean false" | $SUDO debconf-set-selections
 
 apt_install() {

@@ -85,6 +85,11 @@ class JsonlWriter(Writer):
             if self.flush_each:
                 self._flush_out()
 
+    def flush(self) -> None:
+        """Write and flush what is collected (live capture: once per batch, not per line)."""
+        self._drain()
+        self._flush_out()
+
     def _drain(self) -> None:
         if self._lines:
             self._sink(b"".join(self._lines))

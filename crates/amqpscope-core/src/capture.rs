@@ -16,8 +16,9 @@
 //! and xz streams one after another with trailing garbage ignored when a new stream fails at once.
 //! The error texts are Python's.
 
+use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{self, Read};
+use std::io::{self, Read, Write};
 
 use crate::limits::Limits;
 use crate::types::Packet;
@@ -230,6 +231,25 @@ impl Raw {
             }
         }
         Ok(got)
+    }
+}
+
+impl Raw {
+    /// One read call (live pipes): whatever is there now, at least one byte unless the stream
+    /// ended; never waits for more than the first bytes to arrive.
+    fn read_some(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.head_pos < self.head.len() {
+            let n = (self.head.len() - self.head_pos).min(buf.len());
+            buf[..n].copy_from_slice(&self.head[self.head_pos..self.head_pos + n]);
+            self.head_pos += n;
+            return Ok(n);
+        }
+        loop {
+            match self.inner.read(buf) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                other => return other,
+            }
+        }
     }
 }
 
@@ -759,6 +779,20 @@ impl Source {
         };
         Ok(got + more)
     }
+
+    /// Live reading: up to `n` bytes in one read call of an uncompressed stream (fewer as soon as
+    /// some arrived; 0 only at the end). Compressed streams read as `read_call` does.
+    fn read_some(&mut self, n: usize, out: &mut Vec<u8>) -> Result<usize, Fault> {
+        if self.pre_pos < self.pre.len() || !matches!(self.codec, Codec::Plain) {
+            return self.read_call(n, out);
+        }
+        let base = out.len();
+        out.resize(base + n, 0);
+        let got = self.inb.raw.read_some(&mut out[base..]);
+        let k = *got.as_ref().unwrap_or(&0);
+        out.truncate(base + k);
+        Ok(got?)
+    }
 }
 
 // --- pcap / pcapng ----------------------------------------------------------------------------------
@@ -768,6 +802,56 @@ const IDB: u32 = 0x0000_0001;
 const OPB: u32 = 0x0000_0002;
 const SPB: u32 = 0x0000_0003;
 const EPB: u32 = 0x0000_0006;
+const ISB: u32 = 0x0000_0005;
+
+/// The counters of a pcapng Interface Statistics Block (the last one seen per interface; each
+/// is cumulative since the capture started). None: the writer did not give that counter.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InterfaceStats {
+    /// isb_ifrecv: packets received by the interface (what the kernel counted past the filter).
+    pub ifrecv: Option<u64>,
+    /// isb_ifdrop: packets dropped by the interface or kernel for lack of resources.
+    pub ifdrop: Option<u64>,
+    /// isb_filteraccept: packets accepted by the capture filter.
+    pub filteraccept: Option<u64>,
+    /// isb_osdrop: packets dropped by the operating system.
+    pub osdrop: Option<u64>,
+    /// isb_usrdeliv: packets delivered to the user (the capture program).
+    pub usrdeliv: Option<u64>,
+}
+
+/// The counters of an ISB body (after the interface id and timestamp).
+fn isb_options(body: &[u8], big: bool) -> InterfaceStats {
+    let mut st = InterfaceStats::default();
+    let mut off = 0usize;
+    while off + 4 <= body.len() {
+        let code = u16_at(body, off, big);
+        let length = u16_at(body, off + 2, big) as usize;
+        off += 4;
+        if code == 0 {
+            break;
+        }
+        if length == 8 && off + 8 <= body.len() {
+            let mut v = [0u8; 8];
+            v.copy_from_slice(&body[off..off + 8]);
+            let v = if big {
+                u64::from_be_bytes(v)
+            } else {
+                u64::from_le_bytes(v)
+            };
+            match code {
+                4 => st.ifrecv = Some(v),
+                5 => st.ifdrop = Some(v),
+                6 => st.filteraccept = Some(v),
+                7 => st.osdrop = Some(v),
+                8 => st.usrdeliv = Some(v),
+                _ => {}
+            }
+        }
+        off += (length + 3) & !3;
+    }
+    st
+}
 
 #[inline]
 fn u16_at(b: &[u8], off: usize, big: bool) -> u16 {
@@ -891,6 +975,14 @@ pub struct PacketReader {
     pos: usize,
     /// Packets handed out (the last index).
     index: u64,
+    /// A live pipe: refills return what one read call gives instead of filling a whole chunk.
+    live: bool,
+    /// Every record/block handed over, copied byte for byte (`sniff -w`).
+    copy: Option<Box<dyn Write + Send>>,
+    copy_error: Option<String>,
+    /// The last Interface Statistics Block of each interface (by section and interface id).
+    isb: BTreeMap<(u32, u32), InterfaceStats>,
+    section: u32,
 }
 
 impl PacketReader {
@@ -929,12 +1021,91 @@ impl PacketReader {
             buf: Vec::new(),
             pos: 0,
             index: 0,
+            live: false,
+            copy: None,
+            copy_error: None,
+            isb: BTreeMap::new(),
+            section: 0,
         })
     }
 
     /// Packets returned so far.
     pub fn packets_read(&self) -> u64 {
         self.index
+    }
+
+    /// Read as from a live pipe: a packet is handed over as soon as its record is complete,
+    /// without waiting for a chunk to fill.
+    pub fn set_live(&mut self, live: bool) {
+        self.live = live;
+    }
+
+    /// Copy every record or block handed over (file header, interfaces, statistics, packets) to
+    /// `out`, so that it holds exactly the packets read so far. A write error stops the copy and
+    /// is kept for [`PacketReader::copy_error`]; reading goes on.
+    pub fn set_copy(&mut self, out: Box<dyn Write + Send>) {
+        self.copy = Some(out);
+    }
+
+    /// Why the copy stopped, if it did.
+    pub fn copy_error(&self) -> Option<&str> {
+        self.copy_error.as_deref()
+    }
+
+    /// Flush the copy (live capture: at every batch, so that the file follows the capture).
+    pub fn flush_copy(&mut self) {
+        if let Some(out) = self.copy.as_mut() {
+            if let Err(e) = out.flush() {
+                self.copy_error = Some(io_reason(&e));
+                self.copy = None;
+            }
+        }
+    }
+
+    fn copy_bytes(&mut self, from: usize, to: usize) {
+        if let Some(out) = self.copy.as_mut() {
+            if let Err(e) = out.write_all(&self.buf[from..to]) {
+                self.copy_error = Some(io_reason(&e));
+                self.copy = None;
+            }
+        }
+    }
+
+    fn copy_slice(&mut self, bytes: &[u8]) {
+        if let Some(out) = self.copy.as_mut() {
+            if let Err(e) = out.write_all(bytes) {
+                self.copy_error = Some(io_reason(&e));
+                self.copy = None;
+            }
+        }
+    }
+
+    /// The Interface Statistics Blocks read so far: (section, interface id) → counters.
+    pub fn interface_stats(&self) -> &BTreeMap<(u32, u32), InterfaceStats> {
+        &self.isb
+    }
+
+    /// Whether the next record is complete in the buffer (a live reader returns its events before
+    /// it blocks for more input).
+    pub fn record_ready(&self) -> bool {
+        let left = &self.buf[self.pos.min(self.buf.len())..];
+        match self.format {
+            Format::Pcap { big, .. } => {
+                left.len() >= 16 && 16 + u32_at(left, 8, big) as usize <= left.len()
+            }
+            Format::Pcapng { big, .. } => {
+                if left.len() < 12 {
+                    return false;
+                }
+                let big = if u32_at(left, 0, big) == SHB {
+                    &left[8..12] == b"\x1a\x2b\x3c\x4d"
+                } else {
+                    big
+                };
+                (u32_at(left, 4, big) as usize) <= left.len()
+            }
+            _ => false,
+        }
     }
 
     /// The next packet, None at the end. After an error every call returns None.
@@ -958,6 +1129,8 @@ impl PacketReader {
     }
 
     fn finish(&mut self) {
+        self.flush_copy();
+        self.copy = None;
         self.format = Format::Done;
         self.src = None;
         self.raw = None;
@@ -1080,6 +1253,7 @@ impl PacketReader {
                     header.len()
                 )));
             }
+            self.copy_slice(&header);
             let linktype = u32_at(&header, 20, big) & 0x0FFF_FFFF; // upper bits: FCS info
             self.format = Format::Pcap {
                 big,
@@ -1117,7 +1291,11 @@ impl PacketReader {
         }
         let src = self.src.as_mut().expect("source open");
         let mut buf = std::mem::take(&mut self.buf);
-        let got = src.read_call(n, &mut buf);
+        let got = if self.live {
+            src.read_some(n, &mut buf)
+        } else {
+            src.read_call(n, &mut buf)
+        };
         self.buf = buf;
         Ok(got?)
     }
@@ -1169,6 +1347,11 @@ impl PacketReader {
                     )));
                 }
                 self.index += 1;
+                if self.copy.is_some() {
+                    let rec = self.buf[pos..start].to_vec();
+                    self.copy_slice(&rec);
+                    self.copy_slice(&data);
+                }
                 // The next call starts on a fresh chunk.
                 self.buf.clear();
                 self.pos = 0;
@@ -1182,6 +1365,7 @@ impl PacketReader {
             }
             self.index += 1;
             self.pos = stop;
+            self.copy_bytes(pos, stop);
             return Ok(Some(Packet {
                 index: self.index,
                 ts_ns,
@@ -1252,8 +1436,12 @@ impl PacketReader {
                 continue;
             }
             let body = pos + 8;
+            if btype == SHB {
+                self.section += 1;
+            }
             let got = self.block(btype, big, pos, body, blen)?;
             self.pos = pos + blen;
+            self.copy_bytes(pos, pos + blen);
             if got.is_some() {
                 return Ok(got);
             }
@@ -1371,7 +1559,15 @@ impl PacketReader {
                 ifaces.push(Interface::new(linktype, snaplen, resol, offset));
                 Ok(None)
             }
-            // every other block type (NRB, ISB, DSB, custom …) carries no packets
+            ISB => {
+                if fits(12) && blen >= 24 {
+                    let iface_id = u32_at(b, body, big);
+                    let st = isb_options(&b[body + 12..pos + blen - 4], big);
+                    self.isb.insert((self.section, iface_id), st);
+                }
+                Ok(None)
+            }
+            // every other block type (NRB, DSB, custom …) carries no packets
             _ => Ok(None),
         }
     }
@@ -1899,5 +2095,169 @@ mod send {
         send::<super::PacketReader>();
         send::<crate::reasm::Reassembler>();
         send::<crate::net::SegmentParser>();
+    }
+}
+
+#[cfg(test)]
+mod live_tests {
+    use std::io::{self, Read, Write};
+    use std::sync::mpsc::{channel, Receiver};
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use super::*;
+
+    fn block(btype: u32, body: &[u8]) -> Vec<u8> {
+        let mut body = body.to_vec();
+        while !body.len().is_multiple_of(4) {
+            body.push(0);
+        }
+        let total = (body.len() + 12) as u32;
+        let mut v = btype.to_le_bytes().to_vec();
+        v.extend_from_slice(&total.to_le_bytes());
+        v.extend_from_slice(&body);
+        v.extend_from_slice(&total.to_le_bytes());
+        v
+    }
+
+    fn head() -> Vec<u8> {
+        let mut b = 0x1A2B_3C4Du32.to_le_bytes().to_vec();
+        b.extend_from_slice(&[1, 0, 0, 0]);
+        b.extend_from_slice(&(-1i64).to_le_bytes());
+        let mut v = block(SHB, &b);
+        let mut i = 1u16.to_le_bytes().to_vec();
+        i.extend_from_slice(&[0, 0]);
+        i.extend_from_slice(&65535u32.to_le_bytes());
+        v.extend(block(IDB, &i));
+        v
+    }
+
+    fn epb(ticks: u64, data: &[u8]) -> Vec<u8> {
+        let mut b = Vec::new();
+        for x in [
+            0,
+            (ticks >> 32) as u32,
+            ticks as u32,
+            data.len() as u32,
+            data.len() as u32,
+        ] {
+            b.extend_from_slice(&x.to_le_bytes());
+        }
+        b.extend_from_slice(data);
+        block(EPB, &b)
+    }
+
+    fn isb(counters: &[(u16, u64)]) -> Vec<u8> {
+        let mut b = Vec::new();
+        for x in [0u32, 0, 0] {
+            b.extend_from_slice(&x.to_le_bytes());
+        }
+        for &(code, v) in counters {
+            b.extend_from_slice(&code.to_le_bytes());
+            b.extend_from_slice(&8u16.to_le_bytes());
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        b.extend_from_slice(&[0, 0, 0, 0]);
+        block(ISB, &b)
+    }
+
+    /// A pipe: chunks arrive when the test sends them; a read that would wait fails the test
+    /// instead of hanging it.
+    struct Pipe(Receiver<Vec<u8>>, Vec<u8>);
+
+    impl Read for Pipe {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            if self.1.is_empty() {
+                match self.0.recv_timeout(Duration::from_secs(2)) {
+                    Ok(chunk) => self.1 = chunk,
+                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return Ok(0),
+                    Err(_) => return Err(io::Error::other("read waited for data that never came")),
+                }
+            }
+            let n = self.1.len().min(buf.len());
+            buf[..n].copy_from_slice(&self.1[..n]);
+            self.1.drain(..n);
+            Ok(n)
+        }
+    }
+
+    #[derive(Clone, Default)]
+    struct Sink(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_live_reader_hands_over_each_record_as_soon_as_it_is_complete() {
+        let (tx, rx) = channel();
+        let mut r =
+            PacketReader::from_reader(Box::new(Pipe(rx, Vec::new())), "pipe", &Limits::default())
+                .unwrap();
+        r.set_live(true);
+        let sink = Sink::default();
+        r.set_copy(Box::new(sink.clone()));
+        let mut first = head();
+        first.extend(epb(1000, b"one"));
+        tx.send(first.clone()).unwrap();
+        // nothing more has arrived: a file reader would wait for a whole chunk
+        assert_eq!(r.next_packet().unwrap().unwrap().data, b"one");
+        assert!(!r.record_ready());
+        // a record arriving in two pieces, then two at once
+        let second = epb(2000, b"two");
+        tx.send(second[..10].to_vec()).unwrap();
+        tx.send(second[10..].to_vec()).unwrap();
+        assert_eq!(r.next_packet().unwrap().unwrap().data, b"two");
+        let mut both = epb(3000, b"three");
+        both.extend(epb(4000, b"four"));
+        tx.send(both.clone()).unwrap();
+        assert_eq!(r.next_packet().unwrap().unwrap().data, b"three");
+        assert!(r.record_ready());
+        assert_eq!(r.next_packet().unwrap().unwrap().data, b"four");
+        // the helper's statistics at the end, then the end of the pipe
+        let stats = isb(&[(4, 10), (5, 2), (7, 1)]);
+        tx.send(stats.clone()).unwrap();
+        drop(tx);
+        assert_eq!(r.next_packet().unwrap(), None);
+        let st = &r.interface_stats()[&(1, 0)];
+        assert_eq!(
+            (st.ifrecv, st.ifdrop, st.osdrop, st.usrdeliv),
+            (Some(10), Some(2), Some(1), None)
+        );
+        // the copy is the stream, block for block
+        let mut all = first;
+        all.extend(second);
+        all.extend(both);
+        all.extend(stats);
+        assert_eq!(*sink.0.lock().unwrap(), all);
+    }
+
+    #[test]
+    fn the_copy_holds_only_complete_records() {
+        let mut bytes = head();
+        bytes.extend(epb(1, b"whole"));
+        let whole = bytes.len();
+        bytes.extend(&epb(2, b"cut short")[..20]);
+        let mut r = PacketReader::from_reader(
+            Box::new(io::Cursor::new(bytes.clone())),
+            "x",
+            &Limits::default(),
+        )
+        .unwrap();
+        r.set_live(true);
+        let sink = Sink::default();
+        r.set_copy(Box::new(sink.clone()));
+        assert!(r.next_packet().unwrap().is_some());
+        assert!(matches!(
+            r.next_packet(),
+            Err(CaptureError::Truncated { .. })
+        ));
+        assert_eq!(*sink.0.lock().unwrap(), bytes[..whole].to_vec());
     }
 }

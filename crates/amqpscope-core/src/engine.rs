@@ -5,6 +5,7 @@
 //! which is what the binding hands to Python with the GIL released.
 
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use crate::capture::{CaptureError, PacketReader};
 use crate::codec::Codec;
@@ -150,6 +151,11 @@ pub struct Run {
     done: bool,
     /// Stop after this many packets (`decode -c N`).
     max_packets: Option<u64>,
+    /// Stop after the packet that completes this many AMQP frames (`sniff -c N`).
+    max_frames: Option<u64>,
+    frames: u64,
+    messages: u64,
+    connections: u64,
 }
 
 impl Run {
@@ -160,7 +166,98 @@ impl Run {
             error: None,
             done: false,
             max_packets,
+            max_frames: None,
+            frames: 0,
+            messages: 0,
+            connections: 0,
         }
+    }
+
+    /// Stop after the packet that completes the `n`-th AMQP frame (its other events still come).
+    pub fn set_max_frames(&mut self, n: Option<u64>) {
+        self.max_frames = n;
+    }
+
+    /// AMQP frames, messages and connections (opened) decoded so far by live batches.
+    pub fn live_counts(&self) -> (u64, u64, u64) {
+        (self.frames, self.messages, self.connections)
+    }
+
+    pub fn reader(&self) -> &PacketReader {
+        &self.reader
+    }
+
+    pub fn reader_mut(&mut self) -> &mut PacketReader {
+        &mut self.reader
+    }
+
+    /// Whether the run has handed out its end (input done, or a limit reached).
+    pub fn done(&self) -> bool {
+        self.done
+    }
+
+    /// A live batch: events are returned as soon as some exist and the next packet is not yet
+    /// complete in the reader's buffer (the next step would block on the pipe), or when
+    /// `max_events` are there; a batch with no events is returned once `max_wait` passed since
+    /// the call (so the caller can refresh its view), checked whenever a read returned. The
+    /// reader is expected to be live ([`PacketReader::set_live`]). Ok(false): nothing more.
+    pub fn next_batch_live(
+        &mut self,
+        max_events: usize,
+        max_wait: Duration,
+        out: &mut Vec<Event>,
+    ) -> Result<bool, CaptureError> {
+        if let Some(err) = self.error.take() {
+            return Err(err);
+        }
+        if self.done {
+            return Ok(false);
+        }
+        let t0 = Instant::now();
+        loop {
+            let limit_reached = matches!(self.max_packets, Some(max) if self.engine.packets() >= max)
+                || matches!(self.max_frames, Some(max) if self.frames >= max);
+            let read = if limit_reached {
+                Ok(None)
+            } else {
+                self.reader.next_packet()
+            };
+            match read {
+                Ok(Some(pkt)) => {
+                    let before = out.len();
+                    self.engine.packet(&pkt, out);
+                    for ev in &out[before..] {
+                        match ev {
+                            Event::Frame(_) => self.frames += 1,
+                            Event::Message(_) => self.messages += 1,
+                            Event::Connection(c) if c.state == "open" => self.connections += 1,
+                            _ => {}
+                        }
+                    }
+                }
+                Ok(None) => {
+                    self.engine.finish(out);
+                    self.reader.flush_copy();
+                    self.done = true;
+                    return Ok(!out.is_empty());
+                }
+                Err(err) => {
+                    self.engine.finish(out);
+                    self.reader.flush_copy();
+                    self.done = true;
+                    self.error = Some(err);
+                    return Ok(true);
+                }
+            }
+            if out.len() >= max_events {
+                break;
+            }
+            if !self.reader.record_ready() && (!out.is_empty() || t0.elapsed() >= max_wait) {
+                break;
+            }
+        }
+        self.reader.flush_copy();
+        Ok(true)
     }
 
     /// Append events until at least `min_events` are there or the input ends. Ok(false): nothing
