@@ -104,6 +104,11 @@ impl Engine {
         &self.net.notes
     }
 
+    /// More key log text (a Decryption Secrets Block, a grown key log file).
+    pub fn add_tls_keys(&mut self, text: &str) -> usize {
+        self.session.add_tls_keys(text)
+    }
+
     pub fn buffered_bytes(&self) -> u64 {
         self.reasm.buffered_bytes()
     }
@@ -128,6 +133,8 @@ impl Engine {
             frames: a.frames,
             packets: self.packets,
             tcp_packets: self.tcp_packets,
+            tls_bytes: self.session.tls_accounting().0,
+            tls_opaque_bytes: self.session.tls_accounting().1,
         }
     }
 }

@@ -669,10 +669,6 @@ impl TlsConn {
                 self.server_random = random;
                 self.version = Some(sh.version.0);
                 self.suite = Some(sh.cipher.0);
-                let sid = sh.session_id.unwrap_or_default();
-                if !sid.is_empty() && sid == self.client_session_id.as_slice() {
-                    self.resumed = true;
-                }
                 if let Some(ext) = sh.ext {
                     if let Ok((_, exts)) = parse_tls_extensions(ext) {
                         for e in exts {
@@ -686,6 +682,15 @@ impl TlsConn {
                             }
                         }
                     }
+                }
+                // TLS 1.2: the server echoes the session id it resumes (TLS 1.3 echoes the
+                // client's legacy_session_id always: there the pre_shared_key extension tells)
+                let sid = sh.session_id.unwrap_or_default();
+                if self.version != Some(TLS13)
+                    && !sid.is_empty()
+                    && sid == self.client_session_id.as_slice()
+                {
+                    self.resumed = true;
                 }
                 if self.version == Some(TLS13) {
                     // everything after the ServerHello is protected, both ways
