@@ -26,6 +26,7 @@ class _Context(ssl.SSLContext):
     """Keeps the sockets it made (to take their session) and resumes a session when given one."""
 
     resume: ssl.SSLSession | None = None
+    first_session: ssl.SSLSession | None = None
     sockets: list[ssl.SSLSocket]
 
     def wrap_socket(self, *args: Any, **kwargs: Any) -> ssl.SSLSocket:  # type: ignore[override]
@@ -73,8 +74,13 @@ def session(port: int, ctx: _Context, messages: int, queue: str) -> dict[str, in
         ch.queue_declare("amqpscope.tls.missing", passive=True)
     except pika.exceptions.ChannelClosedByBroker:
         pass
+    out = {"published": published, "got": got}
+    if ctx.resume is not None:
+        out["resumed"] = int(bool(ctx.sockets[-1].session_reused))
+    elif ctx.sockets:
+        ctx.first_session = ctx.sockets[0].session  # taken while the connection is open
     conn.close()
-    return {"published": published, "got": got}
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,10 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         if a.no_keylog_after is not None and n >= a.no_keylog_after:
             ctx = context(a.ca, None, a.tls12, a.ciphers)
         if a.resume and n > 0:
-            ctx.resume = ctx.sockets[0].session
+            ctx.resume = ctx.first_session
         out = session(a.port, ctx, a.messages, f"amqpscope.tls.{n}")
-        if a.resume and n > 0:
-            out["resumed"] = int(ctx.sockets[-1].session_reused)
         results.append(out)
     json.dump(results, sys.stdout)
     print()
