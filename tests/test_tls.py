@@ -252,3 +252,25 @@ def test_tcp_gap_loses_its_records_and_decryption_goes_on(tls_broker: PrivateBro
     last_clean = of(clean, Frame)[-1]
     last = of(events, Frame)[-1]
     assert (last.method, last.type) == (last_clean.method, last_clean.type)  # decoding went on to the end
+
+
+@pytest.mark.skipif(shutil.which("editcap") is None, reason="needs editcap")
+def test_pcapng_with_embedded_key_log_decodes_with_no_option(tls_broker: PrivateBroker, tmp_path: Path) -> None:
+    cap, keys, result = record(tls_broker, tmp_path, "dsb", "--messages", "3")
+    with_dsb = tmp_path / "dsb.pcapng"
+    subprocess.run(["editcap", "--inject-secrets", f"tls,{keys}", str(cap), str(with_dsb)], check=True,
+                   capture_output=True, timeout=60)  # fmt: skip
+    events = decode(with_dsb, None)
+    (tls,) = of(events, Tls)
+    assert tls.decrypted and tls.reason is None
+    assert ours(events) == ours(decode(cap, keys)) == tshark_frames(cap, keys, tls_broker.tls_port)
+    assert sum(m.method == "basic.publish" for m in of(events, Message)) == result[0]["published"]
+
+
+def test_secrets_never_in_any_output(tls_broker: PrivateBroker, tmp_path: Path) -> None:
+    cap, keys, _ = record(tls_broker, tmp_path, "secret", "--messages", "2")
+    secrets = [line.split()[2] for line in keys.read_text().splitlines() if line and not line.startswith("#")]
+    text = b"".join(amqpscope.pipeline.jsonl_batches(cap, options=amqpscope.pipeline.Options(
+        tls_keylog=keys.read_text())))  # fmt: skip
+    reprs = repr(list(decode(cap, keys)))
+    assert secrets and not any(s.encode() in text or s in reprs for s in secrets)

@@ -768,6 +768,9 @@ const IDB: u32 = 0x0000_0001;
 const OPB: u32 = 0x0000_0002;
 const SPB: u32 = 0x0000_0003;
 const EPB: u32 = 0x0000_0006;
+/// Decryption Secrets Block, and its secrets type for an NSS key log ("TLSK").
+const DSB: u32 = 0x0000_000A;
+const DSB_TLS_KEYLOG: u32 = 0x544c_534b;
 
 #[inline]
 fn u16_at(b: &[u8], off: usize, big: bool) -> u16 {
@@ -891,6 +894,8 @@ pub struct PacketReader {
     pos: usize,
     /// Packets handed out (the last index).
     index: u64,
+    /// NSS key log text of Decryption Secrets Blocks read and not yet taken.
+    tls_secrets: String,
 }
 
 impl PacketReader {
@@ -929,7 +934,13 @@ impl PacketReader {
             buf: Vec::new(),
             pos: 0,
             index: 0,
+            tls_secrets: String::new(),
         })
+    }
+
+    /// The key log text of the Decryption Secrets Blocks read since the last call, if any.
+    pub fn take_tls_secrets(&mut self) -> Option<String> {
+        (!self.tls_secrets.is_empty()).then(|| std::mem::take(&mut self.tls_secrets))
     }
 
     /// Packets returned so far.
@@ -1371,7 +1382,20 @@ impl PacketReader {
                 ifaces.push(Interface::new(linktype, snaplen, resol, offset));
                 Ok(None)
             }
-            // every other block type (NRB, ISB, DSB, custom …) carries no packets
+            DSB => {
+                // secrets type, length, then the secrets (a TLS key log); other types are ignored
+                if fits(8) && u32_at(b, body, big) == DSB_TLS_KEYLOG {
+                    let len = u32_at(b, body + 4, big) as usize;
+                    if let Some(raw) = b.get(body + 8..body + 8 + len) {
+                        if body + 8 + len <= pos + blen {
+                            self.tls_secrets.push_str(&String::from_utf8_lossy(raw));
+                            self.tls_secrets.push('\n');
+                        }
+                    }
+                }
+                Ok(None)
+            }
+            // every other block type (NRB, ISB, custom …) carries no packets
             _ => Ok(None),
         }
     }

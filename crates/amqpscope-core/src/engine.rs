@@ -189,6 +189,9 @@ impl Run {
                 Some(max) if self.engine.packets() >= max => Ok(None),
                 _ => self.reader.next_packet(),
             };
+            if let Some(keys) = self.reader.take_tls_secrets() {
+                self.engine.add_tls_keys(&keys); // a pcapng Decryption Secrets Block
+            }
             match read {
                 Ok(Some(pkt)) => self.engine.packet(&pkt, out),
                 Ok(None) => {

@@ -49,7 +49,7 @@ pub fn suite(id: u16) -> Option<(Bulk, HashAlg)> {
             (Aes256Gcm, Sha384)
         }
         // TLS 1.2 ChaCha20-Poly1305 (RFC 7905)
-        0xcca8 | 0xcca9 | 0xccaa => (ChaCha20Poly1305, Sha256),
+        0xcca8..=0xccaa => (ChaCha20Poly1305, Sha256),
         _ => return None,
     })
 }

@@ -543,14 +543,12 @@ impl TlsConn {
         out: &mut Vec<TlsOut>,
     ) {
         match inner {
-            APPLICATION_DATA => {
-                if !plain.is_empty() {
-                    out.push(TlsOut::Plain {
-                        data: plain,
-                        packet: rec.packet,
-                        ts_ns: rec.ts_ns,
-                    });
-                }
+            APPLICATION_DATA if !plain.is_empty() => {
+                out.push(TlsOut::Plain {
+                    data: plain,
+                    packet: rec.packet,
+                    ts_ns: rec.ts_ns,
+                });
             }
             HANDSHAKE => self.protected_handshake(d, &plain, limits),
             _ => {} // alerts, heartbeats

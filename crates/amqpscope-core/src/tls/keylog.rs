@@ -120,7 +120,7 @@ impl KeyLog {
 }
 
 fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 || s.len() > 256 {
+    if !s.len().is_multiple_of(2) || s.len() > 256 {
         return None;
     }
     let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);

@@ -14,7 +14,7 @@ pub enum HashAlg {
 }
 
 impl HashAlg {
-    pub fn len(self) -> usize {
+    pub fn output_len(self) -> usize {
         match self {
             HashAlg::Sha256 => 32,
             HashAlg::Sha384 => 48,
@@ -58,7 +58,7 @@ pub fn expand_label(
 
 /// The write key and IV of a TLS 1.3 traffic secret.
 pub fn traffic_keys(hash: HashAlg, secret: &[u8], key_len: usize) -> Option<(Vec<u8>, Vec<u8>)> {
-    if secret.len() != hash.len() {
+    if secret.len() != hash.output_len() {
         return None;
     }
     let key = expand_label(hash, secret, "key", &[], key_len)?;
@@ -68,7 +68,7 @@ pub fn traffic_keys(hash: HashAlg, secret: &[u8], key_len: usize) -> Option<(Vec
 
 /// The next application traffic secret after a KeyUpdate.
 pub fn next_secret(hash: HashAlg, secret: &[u8]) -> Option<Vec<u8>> {
-    expand_label(hash, secret, "traffic upd", &[], hash.len())
+    expand_label(hash, secret, "traffic upd", &[], hash.output_len())
 }
 
 fn p_hash<M: Mac + hmac::digest::KeyInit + Clone>(secret: &[u8], seed: &[u8], out: &mut [u8]) {
