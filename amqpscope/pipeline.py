@@ -61,6 +61,8 @@ class StreamAccounting:
     skipped_bytes: int = 0
     pending_bytes: int = 0
     frames: int = 0
+    tls_bytes: int = 0  # TLS record bytes (AMQPS); the fields above count their plaintext
+    tls_opaque_bytes: int = 0  # TLS record bytes never decrypted
 
     def balanced(self) -> bool:
         accounted = self.frame_bytes + self.header_bytes + self.skipped_bytes + self.pending_bytes
@@ -98,6 +100,8 @@ class RunStats:
             frames=a.frames,
             packets=self.packets,
             tcp_packets=self.tcp_packets,
+            tls_bytes=a.tls_bytes,
+            tls_opaque_bytes=a.tls_opaque_bytes,
         )
 
 

@@ -12,6 +12,7 @@ missing queue: 404) and a clean close.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import ssl
 import sys
@@ -70,10 +71,8 @@ def session(port: int, ctx: _Context, messages: int, queue: str) -> dict[str, in
         ch.basic_ack(method.delivery_tag)
         got += 1
     ch.queue_delete(queue)
-    try:
-        ch.queue_declare("amqpscope.tls.missing", passive=True)
-    except pika.exceptions.ChannelClosedByBroker:
-        pass
+    with contextlib.suppress(pika.exceptions.ChannelClosedByBroker):
+        ch.queue_declare("amqpscope.tls.missing", passive=True)  # a channel error: 404
     out = {"published": published, "got": got}
     if ctx.resume is not None:
         out["resumed"] = int(bool(ctx.sockets[-1].session_reused))

@@ -269,6 +269,8 @@ pub fn stats_dict(
     a.set_item("skipped_bytes", acc.skipped_bytes)?;
     a.set_item("pending_bytes", acc.pending_bytes)?;
     a.set_item("frames", acc.frames)?;
+    a.set_item("tls_bytes", acc.tls_bytes)?;
+    a.set_item("tls_opaque_bytes", acc.tls_opaque_bytes)?;
     d.set_item("accounting", a)?;
     Ok(d)
 }
