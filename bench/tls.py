@@ -100,8 +100,14 @@ def main() -> int:
     keys = tls_cap.with_suffix(".keys")
     # this checkout's CLI (the editable install may point at another one)
     amqpscope = [sys.executable, "-c", "import sys; from cli.main import main; sys.exit(main())"]
-    tshark = ["tshark", "-r", str(tls_cap), "-o", f"tls.keylog_file:{keys}", "-Y", "amqp", "-T", "fields",
-              "-e", "amqp.method.method"]  # fmt: skip
+    # the broker's TLS port (the first packet is the client's SYN): tshark dissects AMQP inside TLS
+    # only when told the port (without it, it decrypts and shows no AMQP at all)
+    port = subprocess.run(["tshark", "-r", str(tls_cap), "-c", "1", "-T", "fields", "-e", "tcp.dstport"],
+                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    tshark = ["tshark", "-r", str(tls_cap), "-o", f"tls.keylog_file:{keys}", "-d", f"tcp.port=={port},tls",
+              "-d", f"tls.port=={port},amqp", "-Y", "amqp", "-T", "fields", "-e", "amqp.method.method"]  # fmt: skip
+    shown = subprocess.run(tshark, capture_output=True, text=True, check=True).stdout
+    tshark_methods = sum(len(line.split(",")) for line in shown.splitlines() if line.strip())
     runs = {
         "tls": best([*amqpscope, "decode", "--format", "jsonl", "--no-validate", "--tls-keylog", str(keys),
                      str(tls_cap)], a.repeat),
@@ -114,6 +120,7 @@ def main() -> int:
         "tls_capture_mb": round(mb, 1),
         "plain_capture_mb": round(plain_cap.stat().st_size / 1e6, 1),
         "seconds": {k: round(v, 3) for k, v in runs.items()},
+        "tshark_method_frames": tshark_methods,
         "tls_over_plain": round(runs["tls"] / runs["plain"], 2),
         "tls_over_tshark": round(runs["tls"] / runs["tshark"], 3),
         "tls_mb_per_s_per_core": round(mb / runs["tls"], 1),
