@@ -168,6 +168,32 @@ class Connection(Event):
     bytes_s2c: int = 0
     client_properties: dict[str, Any] | None = None
     server_properties: dict[str, Any] | None = None
+    tls_version: str | None = None  # TLS connections: "TLSv1.3", "TLSv1.2", …
+    tls_suite: str | None = None  # the IANA name, e.g. "TLS_AES_128_GCM_SHA256"
+    tls_resumed: bool | None = None  # a resumed TLS session (session id, ticket or PSK)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Tls(Event):
+    """A TLS connection (AMQPS), reported once when it closes: what its handshake showed, what was
+    decrypted and, when records were not, why (``no key for this connection``, …). Never a secret."""
+
+    kind: ClassVar[str] = "tls"
+    client: str
+    server: str
+    version: str | None = None
+    suite: str | None = None
+    sni: str | None = None
+    alpn: str | None = None  # the protocols the client offered, or the one the server chose
+    resumed: bool = False
+    decrypted: bool = False
+    reason: str | None = None  # why records were not decrypted; None when all were
+    records: int = 0
+    records_decrypted: int = 0
+    records_failed: int = 0  # failed authentication (a wrong key, a corrupt capture)
+    records_lost: int = 0  # taken by TCP gaps (known from the sequence numbers skipped)
+    bytes_c2s: int = 0  # TLS bytes each way
+    bytes_s2c: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -197,8 +223,10 @@ class Accounting(Event):
     frames: int
     packets: int
     tcp_packets: int
+    tls_bytes: int = 0  # TLS record bytes of every TLS connection
+    tls_opaque_bytes: int = 0  # of which never decrypted (no key, unsupported suite, failed)
 
 
 EVENT_TYPES: tuple[type[Event], ...] = (
-    ProtocolHeader, Frame, Message, Gap, Resync, Malformed, Connection, Finding, Accounting,
+    ProtocolHeader, Frame, Message, Gap, Resync, Malformed, Connection, Finding, Accounting, Tls,
 )  # fmt: skip

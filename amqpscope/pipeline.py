@@ -39,6 +39,15 @@ class Options:
     ports: frozenset[int] = frozenset({5672})
     show_credentials: bool = False
     keep_bodies: bool = True  # keep message bodies in memory for --body preview/full
+    tls_keylog: str = field(default="", repr=False)  # NSS key log text (--tls-keylog); never shown
+
+
+def read_keylogs(keylog: str | Path | Iterable[str | Path] | None) -> str:
+    """The text of one or several NSS key log files (``--tls-keylog``, ``SSLKEYLOGFILE``)."""
+    if keylog is None:
+        return ""
+    paths = [keylog] if isinstance(keylog, (str, Path)) else list(keylog)
+    return "".join(Path(p).read_text(errors="replace") + "\n" for p in paths)
 
 
 @dataclass(slots=True)
@@ -52,6 +61,8 @@ class StreamAccounting:
     skipped_bytes: int = 0
     pending_bytes: int = 0
     frames: int = 0
+    tls_bytes: int = 0  # TLS record bytes (AMQPS); the fields above count their plaintext
+    tls_opaque_bytes: int = 0  # TLS record bytes never decrypted
 
     def balanced(self) -> bool:
         accounted = self.frame_bytes + self.header_bytes + self.skipped_bytes + self.pending_bytes
@@ -89,6 +100,8 @@ class RunStats:
             frames=a.frames,
             packets=self.packets,
             tcp_packets=self.tcp_packets,
+            tls_bytes=a.tls_bytes,
+            tls_opaque_bytes=a.tls_opaque_bytes,
         )
 
 
@@ -114,6 +127,7 @@ def open_decoder(
         options.keep_bodies,
         max_packets,
         select,
+        options.tls_keylog or None,
     )
 
 
@@ -188,7 +202,12 @@ def decode_packets(
     """
     codec, options = codec or get_codec(), options or Options()
     engine = _native.Engine(
-        codec.tables, _ports(options), options.show_credentials, options.keep_bodies, idle_timeout_ns
+        codec.tables,
+        _ports(options),
+        options.show_credentials,
+        options.keep_bodies,
+        idle_timeout_ns,
+        options.tls_keylog or None,
     )
     return chain.from_iterable(_staged(_engine_batches(engine, iter(packets), stats), stages))
 
@@ -237,9 +256,13 @@ def read(
     spec: str | Path | None = None,
     ports: Iterable[int] = (5672,),
     show_credentials: bool = False,
+    tls_keylog: str | Path | Iterable[str | Path] | None = None,
 ) -> EventStream:
-    """Decode a capture file into events: ``for ev in amqpscope.read("x.pcap"): …``"""
-    return EventStream(path, spec, frozenset(ports), show_credentials)
+    """Decode a capture file into events: ``for ev in amqpscope.read("x.pcap"): …``
+
+    ``tls_keylog``: NSS key log file(s) to decrypt AMQP over TLS with (a pcapng with a Decryption
+    Secrets Block needs none)."""
+    return EventStream(path, spec, frozenset(ports), show_credentials, read_keylogs(tls_keylog))
 
 
 class EventStream:
@@ -250,10 +273,12 @@ class EventStream:
     display filter (the ``-Y`` syntax of ``amqpscope decode``) keeps; ``to_pandas()`` a DataFrame of them.
     """
 
-    def __init__(self, path: str | Path, spec: str | Path | None, ports: frozenset[int], show: bool) -> None:
+    def __init__(
+        self, path: str | Path, spec: str | Path | None, ports: frozenset[int], show: bool, keylog: str = ""
+    ) -> None:
         self.path = path
         self.codec = get_codec(spec)
-        self.options = Options(ports=ports, show_credentials=show)
+        self.options = Options(ports=ports, show_credentials=show, tls_keylog=keylog)
 
     def __iter__(self) -> Iterator[Event]:
         return decode_source(self.path, self.codec, self.options)

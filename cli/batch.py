@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from .common import fail, run_guarded, spec_option, warn
+from .common import fail, run_guarded, spec_option, tls_keylog_option, tls_keylog_text, warn
 
 
 def _size(ctx: click.Context, param: click.Parameter, value: str) -> int:
@@ -38,6 +38,7 @@ def _conf(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) ->
 @spec_option
 @click.option("--port", "ports", type=click.IntRange(1, 65535), multiple=True,
               help="Treat TCP port N as AMQP (repeatable). AMQP is also detected on any port.")  # fmt: skip
+@tls_keylog_option
 @click.option("--split-size", default="64m", show_default=True, callback=_size, metavar="SIZE",
               help="Captures above SIZE that would hold up the job are decoded in parallel slices (by TCP flow).")  # fmt: skip
 @click.option("--partitions", type=click.IntRange(min=1), default=None, help="Spark tasks (default: 4 per core).")
@@ -66,7 +67,8 @@ def batch(inputs: tuple[str, ...], out: str, master: str | None, spec: str | Non
 
             load_codec(spec)  # a bad spec is one line here, not a failed task on every executor
         opts = JobOptions(inputs=inputs, out=out, master=master, spec=spec, ports=frozenset({5672, *ports}),
-                          split_bytes=split_size, partitions=partitions, driver_memory=driver_memory, conf=conf)  # fmt: skip
+                          split_bytes=split_size, partitions=partitions, driver_memory=driver_memory, conf=conf,
+                          tls_keylog=tls_keylog_text())  # fmt: skip
         from amqpscope.spark.inputs import InputError, is_local, list_inputs
 
         try:

@@ -21,7 +21,7 @@ from amqpscope.dissect.codec import Codec, get_codec
 from amqpscope.dissect.spec import Spec, SpecError
 from amqpscope.events import Event
 from amqpscope.filter import FilterError
-from amqpscope.pipeline import Options, RunStats, decode_batches, jsonl_batches
+from amqpscope.pipeline import Options, RunStats, decode_batches, jsonl_batches, read_keylogs
 from amqpscope.validate.validator import Validator
 
 EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
@@ -43,7 +43,32 @@ def spec_option(f: F) -> F:
                         help="AMQP 0-9/0-9-1 spec XML to decode with (default: 0-9-1 + RabbitMQ extensions).")(f)  # fmt: skip
 
 
+def _keep_keylogs(ctx: click.Context, _param: click.Parameter, value: tuple[str, ...]) -> None:
+    ctx.meta["amqpscope.tls_keylog"] = value
+
+
+def tls_keylog_files() -> tuple[str, ...]:
+    """The ``--tls-keylog`` files of the running command."""
+    ctx = click.get_current_context(silent=True)
+    return tuple(ctx.meta.get("amqpscope.tls_keylog", ())) if ctx is not None else ()
+
+
+def tls_keylog_text() -> str:
+    """The text of the ``--tls-keylog`` files (an unreadable one is a usage error, exit 2)."""
+    try:
+        return read_keylogs(tls_keylog_files())
+    except OSError as exc:
+        fail(f"cannot read TLS key log: {exc.filename}: {exc.strerror}")
+
+
+def tls_keylog_option(f: F) -> F:
+    return click.option("--tls-keylog", "tls_keylog", type=click.Path(dir_okay=False), multiple=True,
+                        expose_value=False, callback=_keep_keylogs, metavar="FILE",
+                        help="NSS key log (SSLKEYLOGFILE) to decrypt AMQP over TLS with (repeatable).")(f)  # fmt: skip
+
+
 def input_options(f: F) -> F:
+    f = tls_keylog_option(f)
     f = click.option("--port", "ports", type=click.IntRange(1, 65535), multiple=True,
                      help="Treat TCP port N as AMQP (repeatable). AMQP is also detected on any port.")(f)  # fmt: skip
     f = click.option("--show-credentials", is_flag=True, help="Show passwords from connection.start-ok.")(f)
@@ -63,7 +88,8 @@ def load_codec(spec: str | None) -> Codec:
 
 
 def options_from(ports: tuple[int, ...], show_credentials: bool, keep_bodies: bool = True) -> Options:
-    return Options(ports=frozenset({5672, *ports}), show_credentials=show_credentials, keep_bodies=keep_bodies)
+    return Options(ports=frozenset({5672, *ports}), show_credentials=show_credentials, keep_bodies=keep_bodies,
+                   tls_keylog=tls_keylog_text())  # fmt: skip
 
 
 class UnsupportedLinkType(CaptureError):

@@ -12,7 +12,7 @@ from pathlib import Path
 import variants
 
 from amqpscope.events import EVENT_TYPES, Event, Finding
-from amqpscope.pipeline import RunStats, decode_source, jsonl_batches
+from amqpscope.pipeline import Options, RunStats, decode_source, jsonl_batches
 from tests.conftest import CAPTURES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,8 +43,10 @@ def _damaged(tmp_path: Path) -> list[Path]:
 def test_core_records_have_the_python_fields_in_order(tmp_path: Path) -> None:
     sources = [*sorted((ROOT / "samples").glob("*.pcap")), *sorted(CAPTURES.glob("s0[15]*.pcap")), *_damaged(tmp_path)]
     seen: dict[str, list[str]] = {}
-    for path in sources:
-        for chunk in jsonl_batches(path):
+    tls = ROOT / "samples" / "tls" / "amqps-tls13"
+    keyed = Options(tls_keylog=tls.with_suffix(".keys").read_text())
+    for path, options in [*((p, None) for p in sources), (tls.with_suffix(".pcap"), keyed)]:
+        for chunk in jsonl_batches(path, options=options):
             for line in chunk.splitlines():
                 rec = json.loads(line)
                 seen.setdefault(rec["kind"], list(rec))

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fuzz the native core with cargo-fuzz (libFuzzer) on the stable toolchain.
-#   tools/fuzz-native.sh [SECONDS] [TARGET...]    default: 20 s each of frames, field_table, stream
+#   tools/fuzz-native.sh [SECONDS] [TARGET...]    default: 20 s each of frames, field_table, stream, tls_records
 # cargo fuzz needs nightly's -Z flags: RUSTC_BOOTSTRAP=1 lets stable accept them. Seeds: the streams,
 # payloads and connections of samples/*.pcap (tools/fuzz_seeds.py). Crashes land in crates/amqpscope-core/fuzz/artifacts/TARGET/.
 set -euo pipefail
@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-20}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(frames field_table stream)
+[ ${#targets[@]} -gt 0 ] || targets=(frames field_table stream tls_records)
 command -v cargo-fuzz >/dev/null || cargo install -q cargo-fuzz
 py=.venv/bin/python
 [ -x "$py" ] || py=python3

@@ -72,6 +72,7 @@ class JobOptions:
     partitions: int | None = None  # Spark tasks; default PARTITIONS_PER_CORE per core
     driver_memory: str | None = None
     conf: tuple[tuple[str, str], ...] = ()
+    tls_keylog: str = field(default="", repr=False)  # NSS key log text, shipped to every task
 
 
 @dataclass
@@ -185,7 +186,7 @@ def run_job(opts: JobOptions, spark: Any = None) -> JobResult:
     slices = plan_slices(captures, parallelism, opts.split_bytes)
     parts = pack(slices, opts.partitions or PARTITIONS_PER_CORE * parallelism)
     staging = f"{out}/_staging-{uuid.uuid4().hex[:12]}"
-    config = JobConfig(partitions=parts, spec=opts.spec, ports=opts.ports, staging=staging)
+    config = JobConfig(partitions=parts, spec=opts.spec, ports=opts.ports, staging=staging, tls_keylog=opts.tls_keylog)
     result = JobResult(out=out, captures=len(captures), slices=len(slices), partitions=len(parts))
     try:
         manifest = (spark.range(0, len(parts), 1, len(parts))

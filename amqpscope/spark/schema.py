@@ -31,10 +31,11 @@ from amqpscope.events import (
     Message,
     ProtocolHeader,
     Resync,
+    Tls,
 )
 
-SCHEMA_VERSION = 1
-SCHEMA_FINGERPRINT = "6624db5a11ae082b"  # of describe(); see module doc before changing
+SCHEMA_VERSION = 2
+SCHEMA_FINGERPRINT = "ac594a6e757883c6"  # of describe(); see module doc before changing
 
 # Partition columns, last in every table: the capture's UTC day (of its first packet) and a stable
 # id of its URI. Rerunning the job over a capture overwrites exactly its partitions.
@@ -196,7 +197,7 @@ TABLES: dict[str, Table] = {
     for t in (
         _event_table("events", (Frame, ProtocolHeader, Gap, Resync, Malformed), promoted=True),
         _event_table("messages", (Message,), promoted=True),
-        _event_table("connections", (Connection,)),
+        _event_table("connections", (Connection, Tls)),
         _event_table("findings", (Finding,)),
         _errors_table(),
         _captures_table(),

@@ -68,6 +68,7 @@ class JobConfig:
     plan_bytes: int = 32 << 20  # capture prefix weighed to split a capture by flow (split.py)
     tables: tuple[str, ...] = field(default_factory=lambda: tuple(TABLES))
     validate: bool = True  # run the validator stage: its findings fill the ``findings`` table
+    tls_keylog: str = field(default="", repr=False)  # NSS key log text (batch --tls-keylog)
 
 
 # What each task returns to the driver: one row per file it wrote.
@@ -213,7 +214,7 @@ def decode_capture(sl: Slice, config: JobConfig) -> Iterator[tuple[str, pa.Recor
     constants = {"capture": sl.uri, "capture_id": sl.capture_id, "capture_date": UNKNOWN_DATE}
     rows = {name: TableRows(TABLES[name], constants) for name in config.tables}
     stats = RunStats()
-    options = Options(ports=config.ports, show_credentials=False, keep_bodies=False)
+    options = Options(ports=config.ports, show_credentials=False, keep_bodies=False, tls_keylog=config.tls_keylog)
     error: BaseException | None = None
     written = 0
     stream = None

@@ -164,6 +164,9 @@ class PrivateBroker:
         startup_timeout: float = 60.0,
         extra_config: str = "",
         keep_dir: bool = False,
+        tls: bool = False,
+        tls_versions: tuple[str, ...] = ("tlsv1.3", "tlsv1.2"),
+        tls_ciphers: tuple[str, ...] = (),
     ) -> None:
         self._requested_port = port
         self._port_base = port_base
@@ -181,6 +184,11 @@ class PrivateBroker:
         self._env: dict[str, str] = {}
         self._stdout: Path | None = None
         self._ports: set[int] = set()
+        self.tls = tls
+        self.tls_versions = tls_versions
+        self.tls_ciphers = tls_ciphers  # OpenSSL/IANA names; forces the suite on the broker's side
+        self.tls_port = 0
+        self.ca_file: Path | None = None  # the harness's CA, for clients to verify the broker
 
     # -- context manager -------------------------------------------------
 
@@ -299,9 +307,14 @@ class PrivateBroker:
         taken.add(self.port)
         self.dist_port, self.epmd_port = find_free_ports(2, self.port + 1, taken)
         taken |= {self.dist_port, self.epmd_port}
+        if self.tls:
+            (self.tls_port,) = find_free_ports(1, self.epmd_port + 1, taken)
+            taken.add(self.tls_port)
         # rabbitmqctl's own (hidden) node needs a listen port range for distribution.
         self.ctl_dist_min = find_free_range(11, self.epmd_port + 1, taken)
         self._ports = {self.port, self.dist_port, self.epmd_port, *range(self.ctl_dist_min, self.ctl_dist_min + 11)}
+        if self.tls_port:
+            self._ports.add(self.tls_port)
         _reserved.update(self._ports)
 
     def _release_ports(self) -> None:
@@ -322,7 +335,7 @@ class PrivateBroker:
         config = "\n".join(
             [
                 f"listeners.tcp.1 = 127.0.0.1:{self.port}",
-                "listeners.ssl = none",
+                *self._tls_config(base),
                 "loopback_users.guest = true",
                 f"load_definitions = {base / 'definitions.json'}",
                 "log.file.level = info",
@@ -363,6 +376,27 @@ class PrivateBroker:
             }
         )
         self._env = env
+
+    def _tls_config(self, base: Path) -> list[str]:
+        """The TLS listener (a CA and a server certificate made here with openssl)."""
+        if not self.tls:
+            return ["listeners.ssl = none"]
+        from amqpscope.testing.tlscerts import make_certificates
+
+        certs = make_certificates(base / "tls")
+        self.ca_file = certs.ca
+        lines = [
+            f"listeners.ssl.1 = 127.0.0.1:{self.tls_port}",
+            f"ssl_options.cacertfile = {certs.ca}",
+            f"ssl_options.certfile = {certs.cert}",
+            f"ssl_options.keyfile = {certs.key}",
+            "ssl_options.verify = verify_none",
+            "ssl_options.fail_if_no_peer_cert = false",
+            "ssl_options.honor_cipher_order = true",
+        ]
+        lines += [f"ssl_options.versions.{i} = {v}" for i, v in enumerate(self.tls_versions, 1)]
+        lines += [f"ssl_options.ciphers.{i} = {c}" for i, c in enumerate(self.tls_ciphers, 1)]
+        return lines
 
     def _cli(self, tool: str, *args: str, check: bool, timeout: float) -> subprocess.CompletedProcess[str]:
         if not self.node or not self._env:

@@ -46,9 +46,11 @@ class LoopbackRecorder:
         buffer_kib: int = 32768,
         start_timeout: float = 15.0,
         settle: float = 0.3,
+        also_ports: tuple[int, ...] = (),
     ) -> None:
         self.path = Path(path)
         self.port = port
+        self.also_ports = also_ports  # more ports recorded in the same file
         self.interface = interface
         self.extra_filter = extra_filter
         self.buffer_kib = buffer_kib
@@ -64,6 +66,8 @@ class LoopbackRecorder:
     @property
     def bpf_filter(self) -> str:
         flt = f"tcp port {self.port}"
+        if self.also_ports:
+            flt = " or ".join(f"tcp port {p}" for p in (self.port, *self.also_ports))
         if self.extra_filter:
             flt = f"({flt}) and ({self.extra_filter})"
         return flt

@@ -75,7 +75,7 @@ pub const PROMOTED_PROPERTIES: [(&str, &str); 11] = [
 ];
 
 /// The kinds of events the core makes, in `Event` order.
-pub const KINDS: [&str; 8] = [
+pub const KINDS: [&str; 9] = [
     "protocol-header",
     "frame",
     "message",
@@ -84,6 +84,7 @@ pub const KINDS: [&str; 8] = [
     "malformed",
     "connection",
     "accounting",
+    "tls",
 ];
 
 fn kind_bit(ev: &Event) -> u16 {
@@ -96,6 +97,7 @@ fn kind_bit(ev: &Event) -> u16 {
         Event::Malformed(_) => 5,
         Event::Connection(_) => 6,
         Event::Accounting(_) => 7,
+        Event::Tls(_) => 8,
     };
     1 << i
 }
@@ -178,10 +180,25 @@ enum Field {
     PendingBytes,
     Packets,
     TcpPackets,
+    TlsBytes,
+    TlsOpaqueBytes,
+    // tls (and the connection's summary of it)
+    TlsVersion,
+    TlsSuite,
+    TlsResumed,
+    Suite,
+    Sni,
+    Alpn,
+    Resumed,
+    Decrypted,
+    Records,
+    RecordsDecrypted,
+    RecordsFailed,
+    RecordsLost,
 }
 
 /// Every event field by column name, with its Arrow type.
-const FIELDS: [(&str, Field, Ty); 60] = [
+const FIELDS: [(&str, Field, Ty); 74] = [
     ("packet", Field::Packet, Ty::Int),
     ("ts", Field::Ts, Ty::Float),
     ("conn", Field::Conn, Ty::Int),
@@ -242,6 +259,20 @@ const FIELDS: [(&str, Field, Ty); 60] = [
     ("pending_bytes", Field::PendingBytes, Ty::Int),
     ("packets", Field::Packets, Ty::Int),
     ("tcp_packets", Field::TcpPackets, Ty::Int),
+    ("tls_bytes", Field::TlsBytes, Ty::Int),
+    ("tls_opaque_bytes", Field::TlsOpaqueBytes, Ty::Int),
+    ("tls_version", Field::TlsVersion, Ty::Str),
+    ("tls_suite", Field::TlsSuite, Ty::Str),
+    ("tls_resumed", Field::TlsResumed, Ty::Bool),
+    ("suite", Field::Suite, Ty::Str),
+    ("sni", Field::Sni, Ty::Str),
+    ("alpn", Field::Alpn, Ty::Str),
+    ("resumed", Field::Resumed, Ty::Bool),
+    ("decrypted", Field::Decrypted, Ty::Bool),
+    ("records", Field::Records, Ty::Int),
+    ("records_decrypted", Field::RecordsDecrypted, Ty::Int),
+    ("records_failed", Field::RecordsFailed, Ty::Int),
+    ("records_lost", Field::RecordsLost, Ty::Int),
 ];
 
 /// One field of one event, borrowed.
@@ -349,6 +380,27 @@ impl Field {
             (F::PendingBytes, E::Accounting(e)) => Cell::UInt(e.pending_bytes),
             (F::Packets, E::Accounting(e)) => Cell::UInt(e.packets),
             (F::TcpPackets, E::Accounting(e)) => Cell::UInt(e.tcp_packets),
+            (F::TlsBytes, E::Accounting(e)) => Cell::UInt(e.tls_bytes),
+            (F::TlsOpaqueBytes, E::Accounting(e)) => Cell::UInt(e.tls_opaque_bytes),
+
+            (F::TlsVersion, E::Connection(e)) => opt_str(&e.tls_version),
+            (F::TlsSuite, E::Connection(e)) => opt_str(&e.tls_suite),
+            (F::TlsResumed, E::Connection(e)) => e.tls_resumed.map_or(Cell::Null, Cell::Bool),
+            (F::Client, E::Tls(e)) => Cell::Str(&e.client),
+            (F::Server, E::Tls(e)) => Cell::Str(&e.server),
+            (F::Version, E::Tls(e)) => opt_str(&e.version),
+            (F::Suite, E::Tls(e)) => opt_str(&e.suite),
+            (F::Sni, E::Tls(e)) => opt_str(&e.sni),
+            (F::Alpn, E::Tls(e)) => opt_str(&e.alpn),
+            (F::Resumed, E::Tls(e)) => Cell::Bool(e.resumed),
+            (F::Decrypted, E::Tls(e)) => Cell::Bool(e.decrypted),
+            (F::Reason, E::Tls(e)) => opt_str(&e.reason),
+            (F::Records, E::Tls(e)) => Cell::UInt(e.records),
+            (F::RecordsDecrypted, E::Tls(e)) => Cell::UInt(e.records_decrypted),
+            (F::RecordsFailed, E::Tls(e)) => Cell::UInt(e.records_failed),
+            (F::RecordsLost, E::Tls(e)) => Cell::UInt(e.records_lost),
+            (F::BytesC2s, E::Tls(e)) => Cell::UInt(e.bytes_c2s),
+            (F::BytesS2c, E::Tls(e)) => Cell::UInt(e.bytes_s2c),
             _ => Cell::Null,
         }
     }

@@ -852,6 +852,9 @@ fn isb_options(body: &[u8], big: bool) -> InterfaceStats {
     }
     st
 }
+/// Decryption Secrets Block, and its secrets type for an NSS key log ("TLSK").
+const DSB: u32 = 0x0000_000A;
+const DSB_TLS_KEYLOG: u32 = 0x544c_534b;
 
 #[inline]
 fn u16_at(b: &[u8], off: usize, big: bool) -> u16 {
@@ -983,6 +986,8 @@ pub struct PacketReader {
     /// The last Interface Statistics Block of each interface (by section and interface id).
     isb: BTreeMap<(u32, u32), InterfaceStats>,
     section: u32,
+    /// NSS key log text of Decryption Secrets Blocks read and not yet taken.
+    tls_secrets: String,
 }
 
 impl PacketReader {
@@ -1026,7 +1031,13 @@ impl PacketReader {
             copy_error: None,
             isb: BTreeMap::new(),
             section: 0,
+            tls_secrets: String::new(),
         })
+    }
+
+    /// The key log text of the Decryption Secrets Blocks read since the last call, if any.
+    pub fn take_tls_secrets(&mut self) -> Option<String> {
+        (!self.tls_secrets.is_empty()).then(|| std::mem::take(&mut self.tls_secrets))
     }
 
     /// Packets returned so far.
@@ -1568,6 +1579,20 @@ impl PacketReader {
                 Ok(None)
             }
             // every other block type (NRB, DSB, custom …) carries no packets
+            DSB => {
+                // secrets type, length, then the secrets (a TLS key log); other types are ignored
+                if fits(8) && u32_at(b, body, big) == DSB_TLS_KEYLOG {
+                    let len = u32_at(b, body + 4, big) as usize;
+                    if let Some(raw) = b.get(body + 8..body + 8 + len) {
+                        if body + 8 + len <= pos + blen {
+                            self.tls_secrets.push_str(&String::from_utf8_lossy(raw));
+                            self.tls_secrets.push('\n');
+                        }
+                    }
+                }
+                Ok(None)
+            }
+            // every other block type (NRB, ISB, custom …) carries no packets
             _ => Ok(None),
         }
     }

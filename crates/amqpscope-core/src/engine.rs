@@ -105,6 +105,11 @@ impl Engine {
         &self.net.notes
     }
 
+    /// More key log text (a Decryption Secrets Block, a grown key log file).
+    pub fn add_tls_keys(&mut self, text: &str) -> usize {
+        self.session.add_tls_keys(text)
+    }
+
     pub fn buffered_bytes(&self) -> u64 {
         self.reasm.buffered_bytes()
     }
@@ -129,6 +134,8 @@ impl Engine {
             frames: a.frames,
             packets: self.packets,
             tcp_packets: self.tcp_packets,
+            tls_bytes: self.session.tls_accounting().0,
+            tls_opaque_bytes: self.session.tls_accounting().1,
         }
     }
 }
@@ -279,6 +286,9 @@ impl Run {
                 Some(max) if self.engine.packets() >= max => Ok(None),
                 _ => self.reader.next_packet(),
             };
+            if let Some(keys) = self.reader.take_tls_secrets() {
+                self.engine.add_tls_keys(&keys); // a pcapng Decryption Secrets Block
+            }
             match read {
                 Ok(Some(pkt)) => self.engine.packet(&pkt, out),
                 Ok(None) => {

@@ -159,6 +159,35 @@ pub struct Connection {
     pub bytes_s2c: u64,
     pub client_properties: Option<Table>,
     pub server_properties: Option<Table>,
+    /// TLS connections: "TLSv1.3", the suite's IANA name, and whether the session was resumed.
+    pub tls_version: Option<String>,
+    pub tls_suite: Option<String>,
+    pub tls_resumed: Option<bool>,
+}
+
+/// A TLS connection (AMQPS), reported once when it closes: what its handshake showed, what was
+/// decrypted and, when records were not, why ("no key for this connection", …).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Tls {
+    pub base: Base,
+    pub client: String,
+    pub server: String,
+    pub version: Option<String>,
+    pub suite: Option<String>,
+    pub sni: Option<String>,
+    /// The protocols offered by the client, or the one the server chose when it was seen.
+    pub alpn: Option<String>,
+    pub resumed: bool,
+    pub decrypted: bool,
+    pub reason: Option<String>,
+    pub records: u64,
+    pub records_decrypted: u64,
+    pub records_failed: u64,
+    /// Records a TCP gap took with it (known from the sequence numbers skipped).
+    pub records_lost: u64,
+    /// TLS bytes each way (records and all).
+    pub bytes_c2s: u64,
+    pub bytes_s2c: u64,
 }
 
 impl Default for Base {
@@ -189,6 +218,10 @@ pub struct Accounting {
     pub frames: u64,
     pub packets: u64,
     pub tcp_packets: u64,
+    /// TLS record bytes of every TLS connection, and those never decrypted (no key, unsupported
+    /// suite, failed authentication, lost sync).
+    pub tls_bytes: u64,
+    pub tls_opaque_bytes: u64,
 }
 
 /// One event. `Finding` joins this list when validation moves into the core.
@@ -202,6 +235,7 @@ pub enum Event {
     Malformed(Malformed),
     Connection(Box<Connection>),
     Accounting(Accounting),
+    Tls(Box<Tls>),
 }
 
 impl Event {
@@ -216,6 +250,7 @@ impl Event {
             Event::Malformed(_) => "malformed",
             Event::Connection(_) => "connection",
             Event::Accounting(_) => "accounting",
+            Event::Tls(_) => "tls",
         }
     }
 
@@ -229,6 +264,7 @@ impl Event {
             Event::Malformed(e) => &mut e.base,
             Event::Connection(e) => &mut e.base,
             Event::Accounting(e) => &mut e.base,
+            Event::Tls(e) => &mut e.base,
         }
     }
 
@@ -242,6 +278,7 @@ impl Event {
             Event::Malformed(e) => &e.base,
             Event::Connection(e) => &e.base,
             Event::Accounting(e) => &e.base,
+            Event::Tls(e) => &e.base,
         }
     }
 }

@@ -9,6 +9,7 @@
 
 use crate::event::{
     Accounting, Base, Connection, Event, Frame, Gap, Malformed, Message, ProtocolHeader, Resync,
+    Tls,
 };
 use crate::value::{get, Table, Value};
 
@@ -47,6 +48,7 @@ pub fn write_event(ev: &Event, body: BodyMode, out: &mut Vec<u8>) {
         Event::Malformed(e) => write_malformed(out, e),
         Event::Connection(e) => write_connection(out, e),
         Event::Accounting(e) => write_accounting(out, e),
+        Event::Tls(e) => write_tls(out, e),
     }
     out.extend_from_slice(b"}\n");
 }
@@ -200,6 +202,42 @@ fn write_connection(out: &mut Vec<u8>, e: &Connection) {
     write_opt_table(out, e.client_properties.as_ref());
     key(out, "server_properties");
     write_opt_table(out, e.server_properties.as_ref());
+    let texts = [("tls_version", &e.tls_version), ("tls_suite", &e.tls_suite)];
+    write_opt_strs(out, &texts);
+    key(out, "tls_resumed");
+    match e.tls_resumed {
+        Some(b) => write_bool(out, b),
+        None => out.extend_from_slice(b"null"),
+    }
+}
+
+fn write_tls(out: &mut Vec<u8>, e: &Tls) {
+    key(out, "client");
+    write_str(out, &e.client);
+    key(out, "server");
+    write_str(out, &e.server);
+    let texts = [
+        ("version", &e.version),
+        ("suite", &e.suite),
+        ("sni", &e.sni),
+        ("alpn", &e.alpn),
+    ];
+    write_opt_strs(out, &texts);
+    key(out, "resumed");
+    write_bool(out, e.resumed);
+    key(out, "decrypted");
+    write_bool(out, e.decrypted);
+    key(out, "reason");
+    write_opt_str(out, e.reason.as_deref());
+    let counts = [
+        ("records", e.records),
+        ("records_decrypted", e.records_decrypted),
+        ("records_failed", e.records_failed),
+        ("records_lost", e.records_lost),
+        ("bytes_c2s", e.bytes_c2s),
+        ("bytes_s2c", e.bytes_s2c),
+    ];
+    write_u64s(out, &counts);
 }
 
 fn write_accounting(out: &mut Vec<u8>, e: &Accounting) {
@@ -213,6 +251,8 @@ fn write_accounting(out: &mut Vec<u8>, e: &Accounting) {
         ("frames", e.frames),
         ("packets", e.packets),
         ("tcp_packets", e.tcp_packets),
+        ("tls_bytes", e.tls_bytes),
+        ("tls_opaque_bytes", e.tls_opaque_bytes),
     ];
     write_u64s(out, &counts);
 }

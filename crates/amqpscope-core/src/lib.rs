@@ -2,7 +2,7 @@
 //!
 //! The stages, each a module with one job, in the order a packet meets them:
 //! `capture` (pcap/pcapng records) → `net` (link/IP/TCP) → `reasm` (flows, ordered bytes, gaps)
-//! → `frames` (AMQP frames with resync) → `codec` (methods, properties, field tables, executed from
+//! → `tls` (AMQPS records decrypted with a key log) → `frames` (AMQP frames with resync) → `codec` (methods, properties, field tables, executed from
 //! the `tables` Python compiles out of the spec) → `session` (connections, messages) → `event`s,
 //! which `jsonl` writes (and `arrow` builds into the Parquet tables' record batches). `engine` drives them; every limit lives in `limits`.
 #![forbid(unsafe_code)]
@@ -20,5 +20,6 @@ pub mod net;
 pub mod reasm;
 pub mod session;
 pub mod tables;
+pub mod tls;
 pub mod types;
 pub mod value;

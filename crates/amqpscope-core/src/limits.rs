@@ -31,6 +31,14 @@ pub struct Limits {
     pub idle_timeout_ns: Option<i64>,
     /// A capture record (pcap caplen, pcapng block) larger than this means a corrupt file.
     pub max_record: u32,
+    /// TLS records held per direction while their keys are not known yet (live key logs).
+    pub tls_held_bytes: u64,
+    /// Plaintext handshake bytes put together into one message (certificate chains).
+    pub tls_handshake_bytes: u64,
+    /// Sequence numbers tried after a TCP gap took TLS records with it.
+    pub tls_seq_search: u32,
+    /// Secrets kept from key logs.
+    pub tls_keylog_entries: usize,
 }
 
 impl Default for Limits {
@@ -50,6 +58,10 @@ impl Default for Limits {
             closed_linger_ns: 120 * 1_000_000_000,
             idle_timeout_ns: None,
             max_record: 1 << 28,
+            tls_held_bytes: 4 << 20,
+            tls_handshake_bytes: 1 << 20,
+            tls_seq_search: 4096,
+            tls_keylog_entries: 1_000_000,
         }
     }
 }

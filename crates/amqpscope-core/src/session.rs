@@ -12,10 +12,11 @@ use sha2::{Digest, Sha256};
 
 use crate::codec::Codec;
 use crate::event::{
-    Base, Connection, Dir, Event, Frame, Gap, Malformed, Message, ProtocolHeader, Resync,
+    Base, Connection, Dir, Event, Frame, Gap, Malformed, Message, ProtocolHeader, Resync, Tls,
 };
 use crate::frames::{FrameStream, StreamAccounting, StreamItem};
 use crate::limits::Limits;
+use crate::tls::{starts_tls, KeyLog, TlsConn, TlsOut};
 use crate::types::{CloseHow, Endpoint, TcpEvent};
 use crate::value::{get, Table, Value};
 
@@ -33,6 +34,8 @@ pub struct Options {
     pub show_credentials: bool,
     /// Keep message bodies in memory (up to `Limits::max_body_kept`) for `--body`.
     pub keep_bodies: bool,
+    /// NSS key log text (`--tls-keylog` files, concatenated) for TLS connections.
+    pub tls_keylog: String,
 }
 
 impl Default for Options {
@@ -41,6 +44,7 @@ impl Default for Options {
             ports: vec![5672],
             show_credentials: false,
             keep_bodies: true,
+            tls_keylog: String::new(),
         }
     }
 }
@@ -112,6 +116,9 @@ struct Conn {
     contents: HashMap<(Dir, u16), Content>,
     close_seen: bool,
     next_seq: u64,
+    /// The first bytes of the flow were a ClientHello: records are decrypted before framing.
+    tls: Option<Box<TlsConn>>,
+    tls_checked: bool,
 }
 
 /// All connections of one capture (or live interface).
@@ -122,17 +129,47 @@ pub struct Session {
     conns: HashMap<u64, Conn>,
     /// Accounting of the AMQP streams already closed.
     closed: StreamAccounting,
+    keylog: KeyLog,
+    /// TLS record bytes of closed connections: (all, never decrypted).
+    tls_closed: (u64, u64),
 }
 
 impl Session {
-    pub fn new(codec: Codec, options: Options, limits: &Limits) -> Session {
+    pub fn new(codec: Codec, mut options: Options, limits: &Limits) -> Session {
+        // the key log lives in the session's KeyLog only
+        let keylog_text = std::mem::take(&mut options.tls_keylog);
         Session {
             codec,
             options,
             limits: limits.clone(),
             conns: HashMap::new(),
             closed: StreamAccounting::default(),
+            keylog: {
+                let mut k = KeyLog::new(limits.tls_keylog_entries);
+                k.add_text(&keylog_text);
+                k
+            },
+            tls_closed: (0, 0),
         }
+    }
+
+    /// More key log text (a pcapng Decryption Secrets Block, a growing key log file): connections
+    /// waiting for keys use them from their next record on. Returns the secrets added.
+    pub fn add_tls_keys(&mut self, text: &str) -> usize {
+        self.keylog.add_text(text)
+    }
+
+    /// TLS record bytes over every connection: (all, never decrypted).
+    pub fn tls_accounting(&self) -> (u64, u64) {
+        let (mut all, mut opaque) = self.tls_closed;
+        for conn in self.conns.values() {
+            if let Some(t) = &conn.tls {
+                let s = t.summary();
+                all += s.bytes_c2s + s.bytes_s2c;
+                opaque += s.opaque_bytes;
+            }
+        }
+        (all, opaque)
     }
 
     pub fn codec(&self) -> &Codec {
@@ -164,11 +201,14 @@ impl Session {
             limits,
             conns,
             closed,
+            keylog,
+            tls_closed,
         } = self;
         let ctx = Ctx {
             codec,
             options,
             limits,
+            keylog,
         };
         match ev {
             TcpEvent::Data {
@@ -219,6 +259,11 @@ impl Session {
                     if conn.amqp == Some(true) {
                         conn.add_accounting(closed);
                     }
+                    if let Some(t) = &conn.tls {
+                        let s = t.summary();
+                        tls_closed.0 += s.bytes_c2s + s.bytes_s2c;
+                        tls_closed.1 += s.opaque_bytes;
+                    }
                 }
             }
         }
@@ -250,6 +295,7 @@ struct Ctx<'s> {
     codec: &'s Codec,
     options: &'s Options,
     limits: &'s Limits,
+    keylog: &'s KeyLog,
 }
 
 fn base(conn: u64, packet: u64, ts_ns: i64, dir: Dir, channel: Option<u16>) -> Base {
@@ -300,6 +346,8 @@ impl Conn {
             contents: HashMap::new(),
             close_seen: false,
             next_seq: 0,
+            tls: None,
+            tls_checked: false,
         }
     }
 
@@ -349,6 +397,85 @@ impl Conn {
         ts_ns: i64,
         out: &mut Vec<Event>,
     ) {
+        if !self.tls_checked && !data.is_empty() {
+            self.tls_checked = true;
+            if starts_tls(data) {
+                self.tls = Some(Box::new(TlsConn::new()));
+                if src != self.client {
+                    self.swap(); // the ClientHello is the client's
+                }
+            }
+        }
+        if let Some(tls) = self.tls.as_mut() {
+            let mut items = Vec::new();
+            let from_client = src == self.client;
+            tls.feed(
+                from_client,
+                data,
+                packet,
+                ts_ns,
+                ctx.keylog,
+                ctx.limits,
+                &mut items,
+            );
+            self.tls_items(ctx, src, items, out);
+            return;
+        }
+        self.plain(ctx, src, data, packet, ts_ns, out);
+    }
+
+    /// What the TLS layer made of a direction's records: plaintext, gaps, unusable records.
+    fn tls_items(
+        &mut self,
+        ctx: &Ctx<'_>,
+        src: Endpoint,
+        items: Vec<TlsOut>,
+        out: &mut Vec<Event>,
+    ) {
+        let Some(i) = self.stream_of(src) else { return };
+        for item in items {
+            match item {
+                TlsOut::Plain {
+                    data,
+                    packet,
+                    ts_ns,
+                } => self.plain(ctx, src, &data, packet, ts_ns, out),
+                TlsOut::Gap { packet, ts_ns } => {
+                    if self.amqp == Some(false) {
+                        continue;
+                    }
+                    let mut items = Vec::new();
+                    self.streams[i].gap(0, packet, ts_ns, &mut items);
+                    self.emit(ctx, src, items, out);
+                }
+                TlsOut::Problem {
+                    reason,
+                    offset,
+                    packet,
+                    ts_ns,
+                } => {
+                    let item = StreamItem::Malformed {
+                        reason,
+                        offset,
+                        packet,
+                        ts_ns,
+                    };
+                    self.emit(ctx, src, vec![item], out);
+                }
+            }
+        }
+    }
+
+    /// In-order AMQP-stream bytes (the TCP payload, or TLS plaintext).
+    fn plain(
+        &mut self,
+        ctx: &Ctx<'_>,
+        src: Endpoint,
+        data: &[u8],
+        packet: u64,
+        ts_ns: i64,
+        out: &mut Vec<Event>,
+    ) {
         let Some(i) = self.stream_of(src) else { return };
         if self.amqp == Some(false) {
             let acc = &mut self.streams[i].accounting;
@@ -374,6 +501,12 @@ impl Conn {
         ts_ns: i64,
         out: &mut Vec<Event>,
     ) {
+        if let Some(tls) = self.tls.as_mut() {
+            let mut items = Vec::new();
+            tls.gap(src == self.client, size, packet, ts_ns, &mut items);
+            self.tls_items(ctx, src, items, out);
+            return;
+        }
         let Some(i) = self.stream_of(src) else { return };
         if self.amqp == Some(false) {
             return;
@@ -399,6 +532,8 @@ impl Conn {
             self.amqp = Some(false); // never confirmed: not reported
         }
         if self.amqp != Some(true) {
+            out.extend(self.tls_event(packet, ts_ns));
+            self.closed = true;
             return;
         }
         if !self.opened {
@@ -415,7 +550,47 @@ impl Conn {
             out.push(self.message(d, ch, content, packet, ts_ns, false));
         }
         out.push(self.close_event(ctx, how, packet, ts_ns));
+        out.extend(self.tls_event(packet, ts_ns));
         self.closed = true;
+    }
+
+    /// The `tls` event of a TLS connection: once, when it closes, whatever was decrypted.
+    fn tls_event(&self, packet: u64, ts_ns: i64) -> Option<Event> {
+        let s = self.tls.as_ref()?.summary();
+        Some(Event::Tls(Box::new(Tls {
+            base: Base {
+                packet,
+                ts_ns,
+                conn: self.id as i64,
+                dir: None,
+                channel: None,
+            },
+            client: self.client.to_string(),
+            server: self.server.to_string(),
+            version: s.version,
+            suite: s.suite,
+            sni: s.sni,
+            alpn: s.alpn,
+            resumed: s.resumed,
+            decrypted: s.decrypted,
+            reason: s.reason,
+            records: s.records,
+            records_decrypted: s.records_decrypted,
+            records_failed: s.records_failed,
+            records_lost: s.records_lost,
+            bytes_c2s: s.bytes_c2s,
+            bytes_s2c: s.bytes_s2c,
+        })))
+    }
+
+    fn tls_fields(&self) -> (Option<String>, Option<String>, Option<bool>) {
+        match &self.tls {
+            Some(t) => {
+                let s = t.summary();
+                (s.version, s.suite, Some(s.resumed))
+            }
+            None => (None, None, None),
+        }
     }
 
     // --- detection -------------------------------------------------------------------------------
@@ -813,6 +988,9 @@ impl Conn {
             client: self.client.to_string(),
             server: self.server.to_string(),
             syn_seen: self.syn_seen,
+            tls_version: self.tls_fields().0,
+            tls_suite: self.tls_fields().1,
+            tls_resumed: self.tls_fields().2,
             ..Connection::default()
         }))
     }
@@ -886,6 +1064,9 @@ impl Conn {
             bytes_s2c: s2c.stream_bytes,
             client_properties: cp,
             server_properties: sp,
+            tls_version: self.tls_fields().0,
+            tls_suite: self.tls_fields().1,
+            tls_resumed: self.tls_fields().2,
         }))
     }
 }

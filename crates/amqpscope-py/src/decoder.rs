@@ -123,7 +123,9 @@ impl Decoder {
     ///
     /// `select(client, server)`, endpoints as `(address, port)`, is asked once per TCP flow: only
     /// the flows it accepts reach the AMQP session (Spark slices), all are reassembled.
-    #[pyo3(signature = (source, tables, ports = vec![5672], show_credentials = false, keep_bodies = true, max_packets = None, select = None))]
+    ///
+    /// `tls_keylog`: NSS key log text (the contents of `--tls-keylog` files) for TLS connections.
+    #[pyo3(signature = (source, tables, ports = vec![5672], show_credentials = false, keep_bodies = true, max_packets = None, select = None, tls_keylog = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -134,9 +136,13 @@ impl Decoder {
         keep_bodies: bool,
         max_packets: Option<u64>,
         select: Option<Py<PyAny>>,
+        tls_keylog: Option<String>,
     ) -> PyResult<Decoder> {
         let limits = Limits::default();
         let mut engine = make_engine(tables, ports, show_credentials, keep_bodies, &limits)?;
+        if let Some(text) = tls_keylog {
+            engine.add_tls_keys(&text);
+        }
         if let Some(select) = select {
             engine = engine.with_select(flow_select(select));
         }
@@ -144,6 +150,12 @@ impl Decoder {
         Ok(Decoder {
             run: Mutex::new(Run::new(reader, engine, max_packets)),
         })
+    }
+
+    /// More key log text (a key log file that grew): connections waiting for keys use it from
+    /// their next record on. Returns the number of secrets added.
+    fn add_tls_keylog(&self, py: Python<'_>, text: String) -> PyResult<usize> {
+        detached(py, &self.run, move |run| run.engine.add_tls_keys(&text))
     }
 
     /// The next events as JSON lines (one bytes object), or None at the end.
@@ -259,6 +271,7 @@ pub fn make_engine(
         ports,
         show_credentials,
         keep_bodies,
+        ..Options::default()
     };
     Ok(Engine::new(Codec::new(tables, limits), options, limits))
 }
@@ -291,6 +304,8 @@ pub fn stats_dict(
     a.set_item("skipped_bytes", acc.skipped_bytes)?;
     a.set_item("pending_bytes", acc.pending_bytes)?;
     a.set_item("frames", acc.frames)?;
+    a.set_item("tls_bytes", acc.tls_bytes)?;
+    a.set_item("tls_opaque_bytes", acc.tls_opaque_bytes)?;
     d.set_item("accounting", a)?;
     Ok(d)
 }

@@ -4,7 +4,7 @@
 use crate::topy::{DECIMAL, PROBLEM, TIMESTAMP};
 use amqpscope_core::event::{
     Accounting, Base, Connection, Dir, Event, Frame, Gap, Malformed, Message, ProtocolHeader,
-    Resync,
+    Resync, Tls,
 };
 use amqpscope_core::value::{Name, Table, Value};
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -40,6 +40,7 @@ pub fn event(ev: &Bound<'_, PyAny>) -> PyResult<Event> {
         }),
         "connection" => Event::Connection(Box::new(connection(ev, base)?)),
         "accounting" => Event::Accounting(accounting(ev, base)?),
+        "tls" => Event::Tls(Box::new(tls(ev, base)?)),
         other => {
             return Err(PyValueError::new_err(format!(
                 "no core event for kind {other:?}"
@@ -163,6 +164,30 @@ fn connection(ev: &Bound<'_, PyAny>, base: Base) -> PyResult<Connection> {
         bytes_s2c: attr(ev, "bytes_s2c")?,
         client_properties: opt_table(&ev.getattr("client_properties")?)?,
         server_properties: opt_table(&ev.getattr("server_properties")?)?,
+        tls_version: attr(ev, "tls_version")?,
+        tls_suite: attr(ev, "tls_suite")?,
+        tls_resumed: attr(ev, "tls_resumed")?,
+    })
+}
+
+fn tls(ev: &Bound<'_, PyAny>, base: Base) -> PyResult<Tls> {
+    Ok(Tls {
+        base,
+        client: attr(ev, "client")?,
+        server: attr(ev, "server")?,
+        version: attr(ev, "version")?,
+        suite: attr(ev, "suite")?,
+        sni: attr(ev, "sni")?,
+        alpn: attr(ev, "alpn")?,
+        resumed: attr(ev, "resumed")?,
+        decrypted: attr(ev, "decrypted")?,
+        reason: attr(ev, "reason")?,
+        records: attr(ev, "records")?,
+        records_decrypted: attr(ev, "records_decrypted")?,
+        records_failed: attr(ev, "records_failed")?,
+        records_lost: attr(ev, "records_lost")?,
+        bytes_c2s: attr(ev, "bytes_c2s")?,
+        bytes_s2c: attr(ev, "bytes_s2c")?,
     })
 }
 
@@ -178,6 +203,8 @@ fn accounting(ev: &Bound<'_, PyAny>, base: Base) -> PyResult<Accounting> {
         frames: attr(ev, "frames")?,
         packets: attr(ev, "packets")?,
         tcp_packets: attr(ev, "tcp_packets")?,
+        tls_bytes: attr(ev, "tls_bytes")?,
+        tls_opaque_bytes: attr(ev, "tls_opaque_bytes")?,
     })
 }
 

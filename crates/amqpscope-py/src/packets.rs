@@ -29,19 +29,23 @@ fn packet_of(obj: &Bound<'_, PyAny>) -> PyResult<Packet> {
 #[pymethods]
 impl Engine {
     #[new]
-    #[pyo3(signature = (tables, ports = vec![5672], show_credentials = false, keep_bodies = true, idle_timeout_ns = None))]
+    #[pyo3(signature = (tables, ports = vec![5672], show_credentials = false, keep_bodies = true, idle_timeout_ns = None, tls_keylog = None))]
     fn new(
         tables: &str,
         ports: Vec<u16>,
         show_credentials: bool,
         keep_bodies: bool,
         idle_timeout_ns: Option<i64>,
+        tls_keylog: Option<String>,
     ) -> PyResult<Engine> {
         let limits = Limits {
             idle_timeout_ns,
             ..Limits::default()
         };
-        let engine = make_engine(tables, ports, show_credentials, keep_bodies, &limits)?;
+        let mut engine = make_engine(tables, ports, show_credentials, keep_bodies, &limits)?;
+        if let Some(text) = tls_keylog {
+            engine.add_tls_keys(&text);
+        }
         Ok(Engine {
             engine: Mutex::new(engine),
         })
@@ -65,6 +69,11 @@ impl Engine {
             out
         })?;
         event_list(py, &events)
+    }
+
+    /// More key log text (`sniff --tls-keylog` re-reads the file as it grows).
+    fn add_tls_keylog(&self, py: Python<'_>, text: String) -> PyResult<usize> {
+        detached(py, &self.engine, move |e| e.add_tls_keys(&text))
     }
 
     /// The end of the input: every flow is finished and closed.

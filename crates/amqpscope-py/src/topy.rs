@@ -3,6 +3,7 @@
 
 use amqpscope_core::event::{
     Accounting, Base, Connection, Event, Frame, Gap, Malformed, Message, ProtocolHeader, Resync,
+    Tls,
 };
 use amqpscope_core::jsonl::{write_decimal, write_hex};
 use amqpscope_core::value::{Table, Value};
@@ -43,6 +44,7 @@ static RESYNC: Class = Class::new(EVENTS, "Resync");
 static MALFORMED: Class = Class::new(EVENTS, "Malformed");
 static CONNECTION: Class = Class::new(EVENTS, "Connection");
 static ACCOUNTING: Class = Class::new(EVENTS, "Accounting");
+static TLS: Class = Class::new(EVENTS, "Tls");
 pub(crate) static TIMESTAMP: Class = Class::new(VALUES, "Timestamp");
 pub(crate) static PROBLEM: Class = Class::new(VALUES, "Problem");
 pub(crate) static DECIMAL: Class = Class::new("decimal", "Decimal");
@@ -60,6 +62,7 @@ pub fn event<'py>(py: Python<'py>, ev: &Event) -> PyResult<Bound<'py, PyAny>> {
         Event::Malformed(e) => malformed(&kw, e, &MALFORMED),
         Event::Connection(e) => connection(&kw, e, &CONNECTION),
         Event::Accounting(e) => accounting(&kw, e, &ACCOUNTING),
+        Event::Tls(e) => tls(&kw, e, &TLS),
     }?;
     class.get(py)?.call((), Some(&kw))
 }
@@ -170,6 +173,29 @@ fn connection<'c>(kw: &Kw<'_>, e: &Connection, c: &'c Class) -> PyResult<&'c Cla
     kw.set_item(intern!(py, "client_properties"), client_properties)?;
     let server_properties = opt_table(py, e.server_properties.as_ref())?;
     kw.set_item(intern!(py, "server_properties"), server_properties)?;
+    kw.set_item(intern!(py, "tls_version"), e.tls_version.as_deref())?;
+    kw.set_item(intern!(py, "tls_suite"), e.tls_suite.as_deref())?;
+    kw.set_item(intern!(py, "tls_resumed"), e.tls_resumed)?;
+    Ok(c)
+}
+
+fn tls<'c>(kw: &Kw<'_>, e: &Tls, c: &'c Class) -> PyResult<&'c Class> {
+    let py = kw.py();
+    kw.set_item(intern!(py, "client"), &e.client)?;
+    kw.set_item(intern!(py, "server"), &e.server)?;
+    kw.set_item(intern!(py, "version"), e.version.as_deref())?;
+    kw.set_item(intern!(py, "suite"), e.suite.as_deref())?;
+    kw.set_item(intern!(py, "sni"), e.sni.as_deref())?;
+    kw.set_item(intern!(py, "alpn"), e.alpn.as_deref())?;
+    kw.set_item(intern!(py, "resumed"), e.resumed)?;
+    kw.set_item(intern!(py, "decrypted"), e.decrypted)?;
+    kw.set_item(intern!(py, "reason"), e.reason.as_deref())?;
+    kw.set_item(intern!(py, "records"), e.records)?;
+    kw.set_item(intern!(py, "records_decrypted"), e.records_decrypted)?;
+    kw.set_item(intern!(py, "records_failed"), e.records_failed)?;
+    kw.set_item(intern!(py, "records_lost"), e.records_lost)?;
+    kw.set_item(intern!(py, "bytes_c2s"), e.bytes_c2s)?;
+    kw.set_item(intern!(py, "bytes_s2c"), e.bytes_s2c)?;
     Ok(c)
 }
 
@@ -184,6 +210,8 @@ fn accounting<'c>(kw: &Kw<'_>, e: &Accounting, c: &'c Class) -> PyResult<&'c Cla
     kw.set_item(intern!(py, "frames"), e.frames)?;
     kw.set_item(intern!(py, "packets"), e.packets)?;
     kw.set_item(intern!(py, "tcp_packets"), e.tcp_packets)?;
+    kw.set_item(intern!(py, "tls_bytes"), e.tls_bytes)?;
+    kw.set_item(intern!(py, "tls_opaque_bytes"), e.tls_opaque_bytes)?;
     Ok(c)
 }
 
