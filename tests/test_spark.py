@@ -481,15 +481,14 @@ def test_docs_spark_sql_queries(spark: Any, first_run: dict[str, Any]) -> None:
     _check_answers([[tuple(r) for r in spark.sql(st).collect()] for st in statements])
 
 
-@pytest.mark.spark
-def test_docs_duckdb_queries(first_run: dict[str, Any]) -> None:
+def _duckdb_answers(out: Path) -> None:
     duckdb = pytest.importorskip("duckdb")
     con = duckdb.connect()
     spark_block, duck_block = _sql_blocks()[:2]
     ctes = spark_block[1][: spark_block[1].rindex("SELECT capture, count(*)")]  # WITH selects … confirms
     answers = []
     for st in duck_block:
-        st = st.replace("/data/amqp", str(first_run["out"]))
+        st = st.replace("/data/amqp", str(out))
         if st.startswith("CREATE"):
             con.execute(st)
             continue
@@ -499,3 +498,27 @@ def test_docs_duckdb_queries(first_run: dict[str, Any]) -> None:
     assert len(answers) == 4  # three questions and the map example
     _check_answers(answers[:3])
     assert ('{"x-max-length":5,"x-overflow":"reject-publish"}', 1) in answers[3]
+
+
+@pytest.mark.spark
+def test_docs_duckdb_queries(first_run: dict[str, Any]) -> None:
+    _duckdb_answers(first_run["out"])
+
+
+def test_docs_duckdb_queries_on_decode_parquet(tmp_path: Path, captures_dir: Path) -> None:
+    """The same DuckDB examples over ``decode --format parquet`` output: no Spark, no Java."""
+    from amqpscope.spark.local import write_tables
+
+    write_tables([str(captures_dir)], str(tmp_path / "amqp"))
+    _duckdb_answers(tmp_path / "amqp")
+
+
+def test_readme_examples_are_the_docs_ones() -> None:
+    """The README's Spark SQL and DuckDB examples are docs/batch.md's, which the tests above run
+    on real output (Spark's and decode --format parquet's)."""
+    readme = (DOCS.parents[1] / "README.md").read_text()
+    docs = DOCS.read_text()
+    blocks = [b.split("```", 1)[0] for b in readme.split("```sql\n")[1:]]
+    assert len(blocks) == 2 and all(b in docs for b in blocks)
+    python = readme.split("### Example queries", 1)[1].split("```python\n")[1].split("```", 1)[0]
+    assert python in docs  # the temp views the Spark SQL test creates the same way
