@@ -1,4 +1,4 @@
-"""The Parquet tables' Arrow batches: built by the core (``Decoder.arrow``) versus rows.py.
+"""The Parquet tables' Arrow batches built by the core (``Decoder.arrow``), and what they cost.
 
 Usage: python bench/arrow.py [CAPTURE] [--repeats R] [--batch-rows N]
 
@@ -9,7 +9,10 @@ about N rows, as ``spark/worker.py`` does (Parquet writing left out):
 * decode only: ``Decoder.arrow`` asked for no table (the core decodes, builds nothing);
 * core: ``Decoder.arrow`` builds the batches in Rust and pyarrow takes them through the PyCapsule
   interface (``pa.record_batch``);
-* rows.py: ``Decoder.events`` (Python event objects) into ``TableRows``, cut every N events.
+* core + Parquet: the same batches written as the job writes them (``worker.TableFile``: row
+  groups of about 64 MiB, zstd) into a temporary directory;
+* Python events: ``Decoder.events``, the event objects alone, no table built (what the job used
+  to start from, before the core built the batches: rows.py turned them into Arrow columns).
 
 Each timing is CPU time (process_time), the best of R rounds in which the paths take turns.
 Reported: seconds, events-table rows per second and capture MB per second (of the file size).
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import gc
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,8 +35,8 @@ if str(ROOT) not in sys.path:
 import pyarrow as pa  # noqa: E402
 
 from amqpscope.pipeline import Options, open_decoder  # noqa: E402
-from amqpscope.spark.rows import TableRows  # noqa: E402
 from amqpscope.spark.schema import TABLE_OF_KIND, TABLES  # noqa: E402
+from amqpscope.spark.worker import TableFile, file_schema  # noqa: E402
 
 NAMES = ("events", "messages", "connections")
 OPTIONS = Options(show_credentials=False, keep_bodies=False)
@@ -56,22 +60,32 @@ def core(path: Path, batch_rows: int) -> dict[str, int]:
     return rows
 
 
-def rows_py(path: Path, batch_rows: int) -> dict[str, int]:
-    tables = {name: TableRows(TABLES[name], CONSTANTS) for name in NAMES}
-    sinks = {kind: tables[name].add for kind, name in TABLE_OF_KIND.items() if name in tables}
+def core_parquet(path: Path, batch_rows: int) -> dict[str, int]:
+    from pyarrow import fs as pafs
+
+    schemas = {name: file_schema(name) for name in NAMES}
+    rows = dict.fromkeys(NAMES, 0)
+    with tempfile.TemporaryDirectory() as tmp:
+        files = {name: TableFile(pafs.LocalFileSystem(), tmp, f"{name}.parquet", schemas[name]) for name in NAMES}
+        dec = open_decoder(path, options=OPTIONS)
+        while (batches := dec.arrow(schemas, CONSTANTS, TABLE_OF_KIND, batch_rows)) is not None:
+            for name, obj in batches.items():
+                batch = pa.record_batch(obj)
+                rows[name] += batch.num_rows
+                files[name].add(batch)
+        for f in files.values():
+            f.close()
+    return rows
+
+
+def python_events(path: Path, batch_rows: int) -> dict[str, int]:
     rows = dict.fromkeys(NAMES, 0)
     dec = open_decoder(path, options=OPTIONS)
     while (events := dec.events()) is not None:
         for ev in events:
-            add = sinks.get(ev.kind)
-            if add is not None:
-                add(ev)
-        for name, table in tables.items():
-            while len(table.events) >= batch_rows:
-                rows[name] += table.cut(batch_rows).num_rows
-    for name, table in tables.items():
-        if len(table):
-            rows[name] += table.cut().num_rows
+            name = TABLE_OF_KIND.get(ev.kind)
+            if name in rows:
+                rows[name] += 1
     return rows
 
 
@@ -90,7 +104,7 @@ def main() -> None:
     args = ap.parse_args()
     path = Path(args.capture)
     size = path.stat().st_size
-    paths = {"decode only": decode_only, "core": core, "rows.py": rows_py}
+    paths = {"decode only": decode_only, "core": core, "core + Parquet": core_parquet, "Python events": python_events}
     best = dict.fromkeys(paths, float("inf"))
     counts: dict[str, dict[str, int]] = {}
     for _ in range(args.repeats):
@@ -98,16 +112,14 @@ def main() -> None:
             secs, rows = timed(fn, path, args.batch_rows)
             best[name] = min(best[name], secs)
             counts[name] = rows
-    assert counts["core"] == counts["rows.py"], counts
+    assert counts["core"] == counts["core + Parquet"] == counts["Python events"], counts
     events = counts["core"]["events"]
     print(f"{path.name}: {size / 1e6:.1f} MB, rows {counts['core']}, best of {args.repeats} (CPU s)")
     for name, secs in best.items():
-        print(f"  {name:12} {secs:7.2f} s  {events / secs / 1e6:6.2f} M events rows/s  {size / secs / 1e6:7.1f} MB/s")
+        print(f"  {name:15} {secs:7.2f} s  {events / secs / 1e6:6.2f} M events rows/s  {size / secs / 1e6:7.1f} MB/s")
     build_core = best["core"] - best["decode only"]
-    build_py = best["rows.py"] - best["decode only"]
-    print(f"  building alone (minus decode only): core {build_core:.2f} s "
-          f"({events / build_core / 1e6:.2f} M rows/s), rows.py incl. event objects {build_py:.2f} s "
-          f"({events / build_py / 1e6:.2f} M rows/s)")  # fmt: skip
+    print(f"  building alone (core minus decode only): {build_core:.2f} s ({events / build_core / 1e6:.2f} M rows/s); "
+          f"Parquet writing alone: {best['core + Parquet'] - best['core']:.2f} s")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -45,9 +45,10 @@ def _conf(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) ->
 @click.option("--driver-memory", default=None, metavar="MEM", help="JVM heap of the embedded Spark, e.g. 2g.")
 @click.option("--conf", "conf", multiple=True, callback=_conf, metavar="KEY=VALUE",
               help="Extra Spark setting (repeatable), e.g. spark.executor.memory=4g.")  # fmt: skip
+@click.option("--no-validate", is_flag=True, help="No findings table (the validator runs in Python, per event).")
 def batch(inputs: tuple[str, ...], out: str, master: str | None, spec: str | None, ports: tuple[int, ...],
           split_size: int, partitions: int | None, driver_memory: str | None,
-          conf: tuple[tuple[str, str], ...]) -> None:  # fmt: skip
+          conf: tuple[tuple[str, str], ...], no_validate: bool) -> None:  # fmt: skip
     """Decode capture archives into Parquet tables under DIR on Spark.
 
     INPUT is a capture file (pcap, pcapng, gzip/bzip2/xz compressed), a directory (searched
@@ -68,7 +69,7 @@ def batch(inputs: tuple[str, ...], out: str, master: str | None, spec: str | Non
             load_codec(spec)  # a bad spec is one line here, not a failed task on every executor
         opts = JobOptions(inputs=inputs, out=out, master=master, spec=spec, ports=frozenset({5672, *ports}),
                           split_bytes=split_size, partitions=partitions, driver_memory=driver_memory, conf=conf,
-                          tls_keylog=tls_keylog_text())  # fmt: skip
+                          tls_keylog=tls_keylog_text(), validate=not no_validate)  # fmt: skip
         from amqpscope.spark.inputs import InputError, is_local, list_inputs
 
         try:

@@ -17,9 +17,9 @@ from amqpscope.output.console import ConsoleWriter
 from amqpscope.output.records import record
 from amqpscope.output.writers import WRITERS, JsonlWriter, Writer
 
-from .common import CaptureRun, input_options, load_codec, options_from, run_guarded, validate_with
+from .common import CaptureRun, fail, input_options, load_codec, options_from, run_guarded, validate_with
 
-FORMATS = ["auto", "rich", "jsonl", "json", "csv", "table"]
+FORMATS = ["auto", "rich", "jsonl", "json", "csv", "table", "parquet"]
 
 
 def make_writer(fmt: str, body: str | None, verbose: bool, out: IO[str] | None = None) -> Writer:
@@ -76,7 +76,10 @@ def _size(path: str) -> int:
 @click.argument("files", nargs=-1, required=True, type=click.Path(allow_dash=True, readable=False))
 @input_options
 @click.option("-T", "--format", "fmt", type=click.Choice(FORMATS), default="auto", show_default=True,
-              help="Output format; auto is rich on a terminal, jsonl otherwise.")
+              help="Output format; auto is rich on a terminal, jsonl otherwise; parquet writes the "
+                   "tables of 'amqpscope batch' under -o DIR (pyarrow, no Spark).")
+@click.option("-o", "--out", default=None, metavar="DIR", type=click.Path(file_okay=False),
+              help="Output directory of --format parquet.")
 @click.option("-V", "--verbose", is_flag=True, help="Full tree of arguments and properties (rich view).")
 @click.option("-c", "--count", type=click.IntRange(min=1), default=None, help="Stop after reading N packets.")
 @click.option("-Y", "--filter", "display_filter", default=None, metavar="EXPR",
@@ -87,9 +90,14 @@ def _size(path: str) -> int:
 @click.option("--no-progress", is_flag=True, help="No progress bar on stderr.")
 @click.option("--no-validate", is_flag=True, help="No inline findings (spec validation, see 'amqpscope validate').")
 def decode(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], show_credentials: bool, fmt: str,
-           verbose: bool, count: int | None, display_filter: str | None, body: str | None, stats: bool,
-           no_progress: bool, no_validate: bool) -> None:  # fmt: skip
+           out: str | None, verbose: bool, count: int | None, display_filter: str | None, body: str | None,
+           stats: bool, no_progress: bool, no_validate: bool) -> None:  # fmt: skip
     """Decode AMQP in capture FILES (pcap, pcapng, compressed; - for stdin)."""
+    if fmt == "parquet" or out is not None:
+        given = {"-Y/--filter": display_filter is not None, "--body": body is not None, "-c/--count": count is not None,
+                 "--stats": stats, "-V/--verbose": verbose, "--show-credentials": show_credentials}  # fmt: skip
+        run_guarded(lambda: _parquet(files, out, fmt, spec, ports, not no_validate,
+                                     [name for name, on in given.items() if on]))  # fmt: skip
 
     def run() -> int:
         predicate = compile_filter(display_filter)
@@ -122,3 +130,34 @@ def decode(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], sho
         return capture.exit_code
 
     run_guarded(run)
+
+
+def _parquet(files: tuple[str, ...], out: str | None, fmt: str, spec: str | None, ports: tuple[int, ...],
+             validate: bool, refused: list[str]) -> int:  # fmt: skip
+    """``--format parquet -o DIR``: the tables of ``amqpscope batch``, written in this process."""
+    if fmt != "parquet":
+        fail("-o/--out is for --format parquet (the other formats write to standard output)")
+    if out is None:
+        fail("--format parquet needs -o DIR")
+    if refused:
+        fail(f"{', '.join(refused)}: not with --format parquet (its tables hold every event, never credentials)")
+    if "-" in files:
+        fail("--format parquet reads capture files, not standard input")
+    try:
+        from amqpscope.spark.job import JobError, summary
+        from amqpscope.spark.local import write_tables
+    except ImportError as exc:
+        fail(f"--format parquet needs pyarrow (pip install 'amqpscope[parquet]'): {exc}")
+    from amqpscope.spark.inputs import InputError
+
+    load_codec(spec)  # a bad spec is one line before anything is written
+    try:
+        result = write_tables(files, out, spec=spec, ports=frozenset({5672, *ports}), validate=validate)
+    except (InputError, JobError) as exc:
+        fail(str(exc))
+    for line in summary(result):
+        if line.startswith("error: "):
+            click.echo(f"amqpscope: {line}", err=True)  # as decode reports a damaged capture
+        else:
+            click.echo(line)
+    return result.exit_code  # the first damaged capture's, as for the other formats

@@ -20,26 +20,22 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.dataset as pads
 import pytest
+from table_reference import actual_rows, expected_row
 
 from amqpscope.capture import CaptureError, TruncatedCapture
 from amqpscope.dissect.codec import get_codec
-from amqpscope.events import EVENT_TYPES, Event, Frame, Gap, ProtocolHeader, Resync
+from amqpscope.events import EVENT_TYPES, Event, Frame
 from amqpscope.output.records import dumps
 from amqpscope.pipeline import Options, RunStats, decode_source
 from amqpscope.spark import schema
 from amqpscope.spark.inputs import Capture, list_inputs, local_path
 from amqpscope.spark.job import JobOptions, pack, plan_slices, run_job
-from amqpscope.spark.rows import TableRows, distinct, map_items
 from amqpscope.spark.split import decode_slice, flow_key, hash_slice
 from amqpscope.spark.split import plan_slices as plan_flows
 from amqpscope.spark.worker import Slice
 from amqpscope.validate.validator import Validator
 
 COMPARED = ("events", "messages", "connections", "findings")  # event tables compared row by row
-_PROMOTED = {col: (src, key, typ) for src, pairs in (
-    ("args", [(c, c, t) for c, t in schema.PROMOTED_ARGS]),
-    ("properties", schema.PROMOTED_PROPERTIES)) for key, col, typ in pairs}  # fmt: skip
-_PY = {pa.string(): str, pa.int64(): int, pa.bool_(): bool}
 
 
 # --- single-process reference ---------------------------------------------------------------------
@@ -56,51 +52,6 @@ def reference_events(uri: str) -> tuple[list[Event], CaptureError | None]:
     except CaptureError as exc:
         return events, exc
     return events, None
-
-
-def _map(d: dict[str, Any] | None) -> tuple[tuple[str, str], ...] | None:
-    if d is None:
-        return None
-    return tuple(sorted((k, v if isinstance(v, str) else dumps(v)) for k, v in d.items()))
-
-
-def expected_row(table: schema.Table, uri: str, ev: Event) -> tuple[Any, ...]:
-    """The row a table should hold for an event, built from ``to_record`` (not from rows.py)."""
-    rec = ev.to_record()
-    out: list[Any] = []
-    for f in table.schema:
-        name = f.name
-        if name in schema.PARTITION_COLUMNS or name == "time":
-            continue
-        if name == "capture":
-            value: Any = uri
-        elif name in rec:
-            value = _map(rec[name]) if f.type == schema.MAP else rec[name]
-        elif name in _PROMOTED and table.promoted:
-            src, key, typ = _PROMOTED[name]
-            v = (rec.get(src) or {}).get(key)
-            value = v if type(v) is _PY[typ] else None
-        else:
-            value = None
-        out.append((name, value))
-    return tuple(out)
-
-
-def actual_rows(table: schema.Table, rows: Iterable[dict[str, Any]]) -> list[tuple[Any, ...]]:
-    out = []
-    for r in rows:
-        items = []
-        for f in table.schema:
-            if f.name in schema.PARTITION_COLUMNS or f.name == "time":
-                continue
-            v = r[f.name]
-            if f.type == schema.MAP and v is not None:
-                v = tuple(sorted(v))
-            elif isinstance(v, list):
-                v = tuple(v)
-            items.append((f.name, v))
-        out.append(tuple(items))
-    return out
 
 
 def read_table(out: Path, name: str) -> list[dict[str, Any]]:
@@ -170,6 +121,39 @@ def test_tables_equal_single_process_decode(first_run: dict[str, Any]) -> None:
     for name in COMPARED:
         got = Counter(actual_rows(schema.TABLES[name], first_run["tables"][name]))
         assert_same(name, got, want[name])
+
+
+def _plain(rows: Iterable[dict[str, Any]], drop: frozenset[str] = frozenset()) -> Counter[tuple[Any, ...]]:
+    """Rows of a table without map columns (errors, captures) as comparable tuples."""
+    return Counter(tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in r.items() if k not in drop))
+                   for r in rows)  # fmt: skip
+
+
+@pytest.mark.spark
+def test_decode_parquet_equals_the_spark_job(first_run: dict[str, Any], tmp_path: Path) -> None:
+    """``amqpscope decode --format parquet -o DIR`` over the same inputs, in this process without
+    Spark: every table holds the Spark job's rows, partition columns included (``captures``: one
+    row per slice, so the capture Spark split has one row here and two there)."""
+    from amqpscope.cli.main import cli
+    from click.testing import CliRunner
+
+    out = tmp_path / "pq"
+    res = CliRunner().invoke(cli, ["decode", "--format", "parquet", "-o", str(out), *first_run["opts"].inputs])
+    assert res.exit_code == 4, res.output  # garbage.pcap (4) comes before truncated.pcap (5)
+    assert "rows: events " in res.output
+    local, spark = read_all(out), first_run["tables"]
+    for name in COMPARED:
+        got = Counter(actual_rows(schema.TABLES[name], local[name]))
+        assert_same(name, got, Counter(actual_rows(schema.TABLES[name], spark[name])))
+        parts = Counter((r["capture"], r["capture_date"], r["capture_id"]) for r in local[name])
+        assert parts == Counter((r["capture"], r["capture_date"], r["capture_id"]) for r in spark[name]), name
+    assert _plain(local["errors"]) == _plain(spark["errors"])
+    split = {r["capture"] for r in spark["captures"] if r["slices"] > 1}
+    assert split and {r["capture"] for r in local["captures"]} == {r["capture"] for r in spark["captures"]}
+    keep = [r for r in spark["captures"] if r["capture"] not in split]
+    assert _plain([r for r in local["captures"] if r["capture"] not in split], frozenset({"seconds"})) == _plain(
+        keep, frozenset({"seconds"}))
+    assert (out / "_amqpscope.json").read_text() == (first_run["out"] / "_amqpscope.json").read_text()
 
 
 @pytest.mark.spark
@@ -283,7 +267,85 @@ def test_cli_batch_bad_input_is_one_line(spark: Any, tmp_path: Path) -> None:
     assert res.output.strip().splitlines() == [f"amqpscope: error: no such file or directory: '{tmp_path / 'missing'}'"]
 
 
-# --- splitting a capture by TCP flow (no Spark) -------------------------------------------------
+# --- decode --format parquet (no Spark) ---------------------------------------------------------
+
+
+def _cli(*args: str) -> Any:
+    from amqpscope.cli.main import cli
+    from click.testing import CliRunner
+
+    return CliRunner().invoke(cli, list(args))
+
+
+@pytest.mark.parametrize("args,message", [
+    (["-o", "DIR"], "-o/--out is for --format parquet"),
+    (["--format", "parquet"], "--format parquet needs -o DIR"),
+    (["--format", "parquet", "-o", "DIR", "-Y", "basic.publish"], "-Y/--filter: not with --format parquet"),
+    (["--format", "parquet", "-o", "DIR", "--show-credentials"], "--show-credentials: not with --format parquet"),
+])  # fmt: skip
+def test_decode_parquet_usage_errors(tmp_path: Path, args: list[str], message: str) -> None:
+    sample = Path(__file__).resolve().parents[1] / "samples" / "confirms.pcap"
+    res = _cli("decode", *[str(tmp_path / "o") if a == "DIR" else a for a in args], str(sample))
+    assert res.exit_code == 2 and message in res.output, res.output
+    assert not (tmp_path / "o").exists()
+
+
+def test_decode_parquet_needs_neither_spark_nor_java(tmp_path: Path) -> None:
+    sample = Path(__file__).resolve().parents[1] / "samples" / "confirms.pcap"
+    code = ("import sys; from amqpscope.cli.main import cli\n"
+            "try:\n    cli(['decode', '--format', 'parquet', '-o', sys.argv[1], sys.argv[2]])\n"
+            "except SystemExit as e:\n    assert e.code == 0, e.code\n"
+            "assert not {'pyspark', 'py4j'} & set(sys.modules), 'spark imported'")  # fmt: skip
+    env = {k: v for k, v in __import__("os").environ.items() if k not in ("JAVA_HOME",)}
+    env["PATH"] = "/usr/bin/nonexistent"  # no java to be found
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "o"), str(sample)], capture_output=True,
+                          text=True, timeout=120, env=env)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    events = read_table(tmp_path / "o", "events")
+    assert events and {r["capture"] for r in events} == {f"file://{sample}"}
+
+
+def test_decode_parquet_equals_single_process_decode(tmp_path: Path, archive: Path, captures_dir: Path) -> None:
+    """Without Spark too: every event table of ``decode --format parquet`` over the shared captures
+    and the damaged archive equals the single-process decode with the validator (the findings
+    made before a capture's broken end included)."""
+    from amqpscope.spark.local import write_tables
+
+    inputs = (str(captures_dir), str(archive))
+    write_tables(inputs, str(tmp_path / "o"))
+    tables = read_all(tmp_path / "o")
+    want, errors = expected_tables(list_inputs(inputs))
+    for name in COMPARED:
+        assert_same(name, Counter(actual_rows(schema.TABLES[name], tables[name])), want[name])
+    assert {r["capture"] for r in tables["errors"]} == set(errors)
+
+
+def test_decode_parquet_rerun_replaces_partitions(tmp_path: Path) -> None:
+    """Into the same DIR again: a capture that became truncated gets its errors row, and loses
+    it again once complete; rows are never duplicated."""
+    sample = Path(__file__).resolve().parents[1] / "samples" / "confirms.pcap"
+    whole = sample.read_bytes()
+    cap, out = tmp_path / "c.pcap", tmp_path / "o"
+    cap.write_bytes(whole)
+    assert _cli("decode", "-T", "parquet", "-o", str(out), str(cap)).exit_code == 0
+    first = read_all(out)
+    cap.write_bytes(whole[: len(whole) // 2])
+    res = _cli("decode", "-T", "parquet", "-o", str(out), str(cap))
+    assert res.exit_code == 5 and "amqpscope: error: " in res.output
+    half = read_all(out)
+    assert len(half["errors"]) == 1 and 0 < len(half["events"]) < len(first["events"])
+    cap.write_bytes(whole)
+    assert _cli("decode", "-T", "parquet", "-o", str(out), str(cap), "--no-validate").exit_code == 0
+    again = read_all(out)
+    assert again["events"] == first["events"] and not again["errors"] and not again["findings"]
+    assert first["findings"]  # validation on by default, off with --no-validate
+    assert not [p for p in out.iterdir() if p.name.startswith("_staging")]
+    (out / "_amqpscope.json").write_text('{"schema_version": 0}')
+    res = _cli("decode", "-T", "parquet", "-o", str(out), str(cap))
+    assert res.exit_code == 2 and "schema version 0" in res.output
+
+
+# --- splitting a capture by TCP flow (no Spark)# --- splitting a capture by TCP flow (no Spark) -------------------------------------------------
 
 
 def _records(events: Iterable[Event]) -> Counter[str]:
@@ -320,91 +382,6 @@ def test_flow_plan_balances_heavy_flows(captures_dir: Path) -> None:
     plan = plan_flows(path, 2, plan_bytes=1 << 30)
     assert set(plan.values()) == {0, 1}
     assert flow_key(("b", 1), ("a", 2)) == flow_key(("a", 2), ("b", 1))
-
-
-# --- building the Arrow batches (no Spark) --------------------------------------------------------
-
-
-def _cut_rows(table: schema.Table, batches: list[list[Event]]) -> list[dict[str, Any]]:
-    rows = TableRows(table, {"capture": "file:///x.pcap", "capture_id": "c0", "capture_date": "2026-01-01"})
-    out: list[dict[str, Any]] = []
-    for evs in batches:
-        rows.events.extend(evs)
-        batch = rows.cut()
-        assert batch.schema == table.schema and len(rows) == 0
-        out += batch.to_pylist()
-    return out
-
-
-def _check_rows(table: schema.Table, events: list[Event], got: list[dict[str, Any]]) -> None:
-    """Row for row, in order: the values of ``to_record`` (``expected_row``), map entries in the
-    dict's own order, and ``time`` from ``ts``."""
-    assert actual_rows(table, got) == [expected_row(table, "file:///x.pcap", ev) for ev in events]
-    for ev, row in zip(events, got, strict=True):
-        for name in ("args", "properties", "client_properties", "server_properties"):
-            if name in row:
-                assert row[name] == map_items(getattr(ev, name, None))
-        assert row["time"] == dt.datetime.fromtimestamp(int(ev.ts * 1e6) / 1e6, dt.UTC)
-
-
-@pytest.mark.parametrize("size", [1, 7, 300, 65536])
-def test_table_rows_equal_records_in_any_batching(captures_dir: Path, size: int) -> None:
-    """Every event table built from a decode of several captures, cut into batches of ``size``
-    events: single-class batches, batches mixing a few runs of classes, empty maps, shared dicts."""
-    by_table: dict[str, list[Event]] = {}
-    for name in ("s07_pika_many_channels.pcap", "s09_pika_errors.pcap", "s06_pika_rich_properties.pcap"):
-        events, _err = reference_events(str(captures_dir / name))
-        for ev in events:
-            by_table.setdefault(schema.TABLE_OF_KIND[ev.kind], []).append(ev)
-    assert {"events", "messages", "connections", "findings"} <= set(by_table)
-    for name, events in by_table.items():
-        table = schema.TABLES[name]
-        got = _cut_rows(table, [events[i : i + size] for i in range(0, len(events), size)])
-        _check_rows(table, events, got)
-
-
-def test_table_rows_of_interleaved_classes_keep_their_order() -> None:
-    """A batch with many runs of different classes (gaps and resyncs among frames) is built per
-    class and put back in event order; dicts shared by many rows, equal dicts that are distinct
-    objects and None all map to their own rows."""
-    shared = {"exchange": "x", "routing_key": "k", "mandatory": False, "n": 5, "t": {"a": [1, 2]}}
-    events: list[Event] = []
-    for i in range(200):
-        args = shared if i % 3 else dict(shared, delivery_tag=i, exchange=f"e{i}")
-        events.append(Frame(packet=i, ts=1.5 + i, conn=i % 4, dir="c2s", channel=1, type="method", size=10,
-                            class_id=60, method_id=40, method="basic.publish", args=args))  # fmt: skip
-        events.append(Frame(packet=i, ts=1.5 + i, conn=i % 4, dir="c2s", channel=1, type="header", size=10,
-                            class_id=60, body_size=3, properties={} if i % 2 else None))  # fmt: skip
-        if i % 5 == 0:
-            events.append(Gap(packet=i, ts=1.5 + i, conn=0, dir="s2c", size=i, lost_frame="body"))
-        if i % 7 == 0:
-            events.append(Resync(packet=i, ts=1.5 + i, conn=1, dir="c2s", skipped=i, reason="gap"))
-    table = schema.TABLES["events"]
-    for size in (len(events), 50, 3):
-        _check_rows(table, events, _cut_rows(table, [events[i : i + size] for i in range(0, len(events), size)]))
-    few = [ProtocolHeader(packet=0, ts=0.0, conn=0, dir="c2s", version="0-9-1", raw="414d515000000901"), *events[:60]]
-    few = [e for e in few if type(e) is not Gap and type(e) is not Resync]  # two runs: header, frames
-    _check_rows(table, few, _cut_rows(table, [few]))
-
-
-def test_cut_with_a_limit_keeps_the_rest() -> None:
-    table = schema.TABLES["events"]
-    rows = TableRows(table, {"capture": "u", "capture_id": "c", "capture_date": "d"})
-    events = [Gap(packet=i, ts=float(i), conn=0, size=i) for i in range(10)]
-    rows.events.extend(events)
-    first = rows.cut(4)
-    assert first.column("packet").to_pylist() == [0, 1, 2, 3] and len(rows) == 6
-    assert rows.cut().column("packet").to_pylist() == list(range(4, 10)) and len(rows) == 0
-    assert rows.cut().num_rows == 0
-
-
-def test_distinct_is_by_identity() -> None:
-    a, b = {"x": 1}, {"x": 1}
-    values = [a, None, b, a, None, a]
-    dicts, indices = distinct(values)
-    assert [id(d) for d in dicts] == [id(a), id(None), id(b)]
-    assert indices is not None and indices.to_pylist() == [0, 1, 2, 0, 1, 0]
-    assert distinct([a, b])[1] is None  # every row its own object: no indices
 
 
 def test_decode_slice_of_the_whole_capture_is_decode_source(captures_dir: Path) -> None:
@@ -504,15 +481,14 @@ def test_docs_spark_sql_queries(spark: Any, first_run: dict[str, Any]) -> None:
     _check_answers([[tuple(r) for r in spark.sql(st).collect()] for st in statements])
 
 
-@pytest.mark.spark
-def test_docs_duckdb_queries(first_run: dict[str, Any]) -> None:
+def _duckdb_answers(out: Path) -> None:
     duckdb = pytest.importorskip("duckdb")
     con = duckdb.connect()
     spark_block, duck_block = _sql_blocks()[:2]
     ctes = spark_block[1][: spark_block[1].rindex("SELECT capture, count(*)")]  # WITH selects … confirms
     answers = []
     for st in duck_block:
-        st = st.replace("/data/amqp", str(first_run["out"]))
+        st = st.replace("/data/amqp", str(out))
         if st.startswith("CREATE"):
             con.execute(st)
             continue
@@ -522,3 +498,27 @@ def test_docs_duckdb_queries(first_run: dict[str, Any]) -> None:
     assert len(answers) == 4  # three questions and the map example
     _check_answers(answers[:3])
     assert ('{"x-max-length":5,"x-overflow":"reject-publish"}', 1) in answers[3]
+
+
+@pytest.mark.spark
+def test_docs_duckdb_queries(first_run: dict[str, Any]) -> None:
+    _duckdb_answers(first_run["out"])
+
+
+def test_docs_duckdb_queries_on_decode_parquet(tmp_path: Path, captures_dir: Path) -> None:
+    """The same DuckDB examples over ``decode --format parquet`` output: no Spark, no Java."""
+    from amqpscope.spark.local import write_tables
+
+    write_tables([str(captures_dir)], str(tmp_path / "amqp"))
+    _duckdb_answers(tmp_path / "amqp")
+
+
+def test_readme_examples_are_the_docs_ones() -> None:
+    """The README's Spark SQL and DuckDB examples are docs/batch.md's, which the tests above run
+    on real output (Spark's and decode --format parquet's)."""
+    readme = (DOCS.parents[1] / "README.md").read_text()
+    docs = DOCS.read_text()
+    blocks = [b.split("```", 1)[0] for b in readme.split("```sql\n")[1:]]
+    assert len(blocks) == 2 and all(b in docs for b in blocks)
+    python = readme.split("### Example queries", 1)[1].split("```python\n")[1].split("```", 1)[0]
+    assert python in docs  # the temp views the Spark SQL test creates the same way

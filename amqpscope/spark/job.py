@@ -73,6 +73,7 @@ class JobOptions:
     driver_memory: str | None = None
     conf: tuple[tuple[str, str], ...] = ()
     tls_keylog: str = field(default="", repr=False)  # NSS key log text, shipped to every task
+    validate: bool = True  # the validator's findings (Python, per event: the costly part when on)
 
 
 @dataclass
@@ -83,6 +84,7 @@ class JobResult:
     partitions: int
     rows: dict[str, int] = field(default_factory=dict)  # table -> rows written this run
     errors: list[tuple[str, str]] = field(default_factory=list)  # (capture, message)
+    exit_code: int = 0  # the CLI's exit code of the first damaged capture (0: none)
     deleted: int = 0  # stale partitions removed
     seconds: float = 0.0
 
@@ -186,7 +188,8 @@ def run_job(opts: JobOptions, spark: Any = None) -> JobResult:
     slices = plan_slices(captures, parallelism, opts.split_bytes)
     parts = pack(slices, opts.partitions or PARTITIONS_PER_CORE * parallelism)
     staging = f"{out}/_staging-{uuid.uuid4().hex[:12]}"
-    config = JobConfig(partitions=parts, spec=opts.spec, ports=opts.ports, staging=staging, tls_keylog=opts.tls_keylog)
+    config = JobConfig(partitions=parts, spec=opts.spec, ports=opts.ports, staging=staging,
+                       tls_keylog=opts.tls_keylog, validate=opts.validate)  # fmt: skip
     result = JobResult(out=out, captures=len(captures), slices=len(slices), partitions=len(parts))
     try:
         manifest = (spark.range(0, len(parts), 1, len(parts))
@@ -199,6 +202,7 @@ def run_job(opts: JobOptions, spark: Any = None) -> JobResult:
     for name in TABLES:
         result.rows[name] = sum(f["rows"] for f in files if f["table"] == name)
     result.errors = sorted({(f["capture"], f["message"]) for f in files if f["table"] == "errors"})
+    result.exit_code = min((f["exit_code"] for f in files if f["table"] == "errors"), default=0)
     result.deleted = _delete_stale(spark, out, {c.capture_id for c in captures}, written)
     _write_manifest(spark, out)
     result.seconds = time.perf_counter() - started
@@ -310,6 +314,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--partitions", type=int, default=None, help="number of Spark tasks")
     p.add_argument("--driver-memory", default=None, help="e.g. 2g (embedded Spark only)")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting")
+    p.add_argument("--no-validate", action="store_true", help="no findings table (skips the Python validator)")
     return p
 
 
@@ -328,7 +333,7 @@ def options_from_args(argv: Sequence[str] | None = None) -> JobOptions:
         conf.append((key, value))
     return JobOptions(inputs=tuple(a.inputs), out=a.out, master=a.master, spec=a.spec,
                       ports=frozenset({5672, *a.port}), split_bytes=split, partitions=a.partitions,
-                      driver_memory=a.driver_memory, conf=tuple(conf))  # fmt: skip
+                      driver_memory=a.driver_memory, conf=tuple(conf), validate=not a.no_validate)  # fmt: skip
 
 
 def summary(result: JobResult) -> list[str]:

@@ -2,13 +2,14 @@
 
 The input DataFrame is ``spark.range(P)`` with one id per partition; id ``p`` selects the list of
 slices the driver packed into partition ``p`` (``JobConfig.partitions``). Each slice is decoded as
-a stream and its rows go, batch by batch, straight into Parquet files under the job's staging
-directory, one file per table, laid out as the final partition
-(``TABLE/capture_date=D/capture_id=C/part-SLICE-ATTEMPT.parquet``). Rows never pass through the
-JVM: Spark schedules the tasks and the driver receives only a small manifest (one row per file
-written), from which it commits the files of the successful task attempts (``job.py``). Measured
-on a 100 MB capture, handing the rows to Spark's own Parquet writer instead cost as much again as
-the decoding.
+a stream by the native core, which also builds the rows of the event tables as Arrow record
+batches (``_native.Decoder.arrow``: no Python object per row). The batches go, collected into row
+groups, straight into Parquet files under the job's staging directory, one file per table, laid
+out as the final partition (``TABLE/capture_date=D/capture_id=C/part-SLICE-ATTEMPT.parquet``). Rows
+never pass through the JVM: Spark schedules the tasks and the driver receives only a small manifest
+(one row per file written), from which it commits the files of the successful task attempts
+(``job.py``). ``amqpscope decode --format parquet`` runs the same ``write_slice`` in one process
+(``local.py``).
 """
 
 from __future__ import annotations
@@ -31,11 +32,11 @@ from amqpscope.capture import CaptureError, CaptureUnreadable, read_packets
 from amqpscope.dissect.codec import Codec, get_codec
 from amqpscope.dissect.spec import DEFAULT_SPEC, bundled_spec_path
 from amqpscope.events import Event
-from amqpscope.pipeline import Options, RunStats, decode_batches
-from amqpscope.validate.validator import Validator
+from amqpscope.pipeline import Options, RunStats, open_decoder
+from amqpscope.validate.validator import READS, Validator
 
 from .inputs import open_output, open_stream
-from .rows import TableRows
+from .rows import events_batch, records_batch
 from .schema import PARTITION_COLUMNS, TABLE_OF_KIND, TABLES
 from .split import FlowKey, flow_selector, hash_slice, plan_slices
 
@@ -64,7 +65,7 @@ class JobConfig:
     staging: str = ""  # URI of the job's staging directory, where tasks write their files
     spec: str | None = None
     ports: frozenset[int] = frozenset({5672})
-    batch_rows: int = 65536  # rows per Arrow batch: bounds executor memory whatever the file size
+    batch_rows: int = 65536  # events per trip into the core (one Arrow batch per table): bounds memory
     plan_bytes: int = 32 << 20  # capture prefix weighed to split a capture by flow (split.py)
     tables: tuple[str, ...] = field(default_factory=lambda: tuple(TABLES))
     validate: bool = True  # run the validator stage: its findings fill the ``findings`` table
@@ -80,6 +81,7 @@ MANIFEST_SCHEMA = pa.schema([
     pa.field("path", pa.string(), nullable=False),  # relative to the staging directory
     pa.field("rows", pa.int64(), nullable=False),
     pa.field("message", pa.string()),  # errors only: the one-line error
+    pa.field("exit_code", pa.int32()),  # errors only: the CLI's exit code for it
 ])  # fmt: skip
 
 
@@ -138,40 +140,80 @@ def run_partitions(config: JobConfig, batches: Iterator[pa.RecordBatch]) -> Iter
 
 
 def write_slice(sl: Slice, config: JobConfig, fs: Any, root: str, attempt: int) -> pa.RecordBatch:
-    """Decode one slice into one Parquet file per table; the manifest of those files."""
-    files: dict[str, tuple[Any, str, str]] = {}  # table -> (writer, relative path, capture_date)
-    rows: dict[str, int] = {}
-    message: dict[str, str | None] = {}
+    """Decode one slice into one Parquet file per table; the manifest of those files. The core's
+    batches (``config.batch_rows`` events each) are collected into row groups of about
+    ``ROW_GROUP_BYTES`` before they are written."""
+    files: dict[str, TableFile] = {}
+    constants = slice_constants(sl)
     try:
-        for table, batch in decode_capture(sl, config):
-            entry = files.get(table)
-            if entry is None:
-                date = batch.column(batch.schema.get_field_index("capture_date"))[0].as_py()
-                folder = f"{table}/capture_date={date}/capture_id={sl.capture_id}"
+        for table, batch in decode_capture(sl, config, constants):
+            out = files.get(table)
+            if out is None:
+                folder = f"{table}/capture_date={constants['capture_date']}/capture_id={sl.capture_id}"
                 fs.create_dir(f"{root}/{folder}", recursive=True)
                 rel = f"{folder}/part-{sl.index:05d}-{attempt}.parquet"
-                writer = pq.ParquetWriter(f"{root}/{rel}", file_schema(table), filesystem=fs, compression="zstd")
-                entry = files[table] = (writer, rel, date)
-            keep = [i for i, name in enumerate(batch.schema.names) if name not in PARTITION_COLUMNS]
-            entry[0].write_batch(pa.RecordBatch.from_arrays([batch.column(i) for i in keep],
-                                                            schema=file_schema(table)))  # fmt: skip
-            rows[table] = rows.get(table, 0) + batch.num_rows
+                out = files[table] = TableFile(fs, root, rel, file_schema(table))
+            out.add(batch)
             if table == "errors":
-                message[table] = batch.column(batch.schema.get_field_index("message"))[0].as_py()
+                out.message = batch.column(batch.schema.get_field_index("message"))[0].as_py()
+                out.exit_code = batch.column(batch.schema.get_field_index("exit_code"))[0].as_py()
     finally:
-        for writer, _rel, _date in files.values():
-            writer.close()
+        for out in files.values():
+            out.close()
     names = list(files)
     cols = {
         "table": names,
         "capture": [sl.uri] * len(names),
-        "capture_date": [files[t][2] for t in names],
+        "capture_date": [constants["capture_date"]] * len(names),
         "capture_id": [sl.capture_id] * len(names),
-        "path": [files[t][1] for t in names],
-        "rows": [rows[t] for t in names],
-        "message": [message.get(t) for t in names],
+        "path": [files[t].rel for t in names],
+        "rows": [files[t].rows for t in names],
+        "message": [files[t].message for t in names],
+        "exit_code": [files[t].exit_code for t in names],
     }
     return pa.RecordBatch.from_pydict(cols, schema=MANIFEST_SCHEMA)
+
+
+ROW_GROUP_BYTES = 64 << 20  # Arrow bytes per Parquet row group (a few MB once zstd-compressed)
+# Dictionary-encoded: the string columns of few distinct values. The others (numbers, messages,
+# maps, ids) gain nothing from it after zstd, and skipping it saved ~10 % of the writing CPU.
+DICTIONARY_COLUMNS = ("capture", "kind", "dir", "type", "method", "exchange", "routing_key", "queue",
+                      "consumer_tag", "content_type", "content_encoding", "message_type", "app_id", "user_id",
+                      "reply_to", "problem", "rule", "severity", "error", "state")  # fmt: skip
+
+
+class TableFile:
+    """One table's Parquet file of a slice: batches collected into row groups."""
+
+    def __init__(self, fs: Any, root: str, rel: str, schema: pa.Schema) -> None:
+        self.rel = rel
+        dictionary = [name for name in DICTIONARY_COLUMNS if name in schema.names]
+        self.writer = pq.ParquetWriter(f"{root}/{rel}", schema, filesystem=fs, compression="zstd",
+                                       use_dictionary=dictionary)  # fmt: skip
+        self.pending: list[pa.RecordBatch] = []
+        self.pending_bytes = 0
+        self.rows = 0
+        self.message: str | None = None  # errors only: the one-line error
+        self.exit_code: int | None = None
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        self.pending.append(batch)
+        self.pending_bytes += batch.nbytes
+        self.rows += batch.num_rows
+        if self.pending_bytes >= ROW_GROUP_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.pending:
+            table = pa.Table.from_batches(self.pending)
+            self.writer.write_table(table, row_group_size=table.num_rows)
+            self.pending, self.pending_bytes = [], 0
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        finally:
+            self.writer.close()
 
 
 def _first_date(uri: str) -> str:
@@ -204,48 +246,69 @@ def _mine(sl: Slice, config: JobConfig) -> Callable[[FlowKey], bool] | None:
     return lambda key: plan.get(key, hash_slice(key, sl.count)) == sl.index
 
 
-_UNSEEN: Any = object()
+CORE_TABLES = ("events", "messages", "connections")  # built by the core (``Decoder.arrow``)
 
 
-def decode_capture(sl: Slice, config: JobConfig) -> Iterator[tuple[str, pa.RecordBatch]]:
-    """(table, batch) pairs of one capture slice; a read error becomes an ``errors`` row after
-    the rows decoded before it."""
+def slice_constants(sl: Slice) -> dict[str, str]:
+    """The columns that are the same on every row of a slice (``capture_date`` is filled in by
+    ``decode_capture`` before its first batch)."""
+    return {"capture": sl.uri, "capture_id": sl.capture_id, "capture_date": UNKNOWN_DATE}
+
+
+def decode_capture(sl: Slice, config: JobConfig, constants: dict[str, str] | None = None
+                   ) -> Iterator[tuple[str, pa.RecordBatch]]:  # fmt: skip
+    """(table, batch) pairs of one capture slice, in the tables' file schemas (without the
+    partition columns); a read error becomes an ``errors`` row after the rows decoded before it.
+
+    The event tables are the core's Arrow batches. Findings come from the Python validator: with
+    validation on, the core also hands over, from the same decode, the events the validator reads
+    (``Decoder.arrow_events``) and only the findings table is built from Python objects. (This
+    goes when validation moves into the core.)"""
     started = time.perf_counter()
-    constants = {"capture": sl.uri, "capture_id": sl.capture_id, "capture_date": UNKNOWN_DATE}
-    rows = {name: TableRows(TABLES[name], constants) for name in config.tables}
+    constants = slice_constants(sl) if constants is None else constants
+    wanted = [name for name in config.tables if name in CORE_TABLES]
+    schemas = {name: file_schema(name) for name in wanted}
+    findings = "findings" in config.tables and config.validate
     stats = RunStats()
     options = Options(ports=config.ports, show_credentials=False, keep_bodies=False, tls_keylog=config.tls_keylog)
     error: BaseException | None = None
     written = 0
+    found: list[Event] = []  # findings not yet handed out: also those made before a read error
     stream = None
     try:
         constants["capture_date"] = _first_date(sl.uri)
         stream = open_stream(sl.uri)
         mine = _mine(sl, config)
-        codec = _codec(config.spec)
-        # per slice: connection checks are exact; the few that look across connections
-        # (exclusive queues, exchanges declared elsewhere) see only this slice's connections
-        stages = (_validator(config.spec).stage,) if config.validate else ()
-        batches = decode_batches(stream, codec, options, stats, stages=stages, select=flow_selector(mine))
-        # event class -> the append of its table's buffer (None: not stored)
-        sinks: dict[type, Callable[[Event], None] | None] = {}
-        buffers = [(table, table.events) for table in rows.values() if table.table.classes]
-        limit = room = config.batch_rows  # no buffer can be full before ``room`` more events came
-        for evs in batches:  # lists of the events of one TCP event: a few, rarely hundreds
-            for ev in evs:
-                add = sinks.get(ev.__class__, _UNSEEN)
-                if add is _UNSEEN:
-                    table = rows.get(TABLE_OF_KIND.get(ev.kind, ""))
-                    add = sinks[ev.__class__] = table.add if table is not None else None
-                if add is not None:
-                    add(ev)
-            room -= len(evs)
-            if room <= 0:
-                for table, buf in buffers:
-                    while len(buf) >= limit:
-                        written += limit
-                        yield table.table.name, table.cut(limit)
-                room = limit - max((len(buf) for _table, buf in buffers), default=0)
+        dec = open_decoder(stream, _codec(config.spec), options, select=flow_selector(mine))
+        try:
+            if findings:
+                # per slice: connection checks are exact; the few that look across connections
+                # (exclusive queues, exchanges declared elsewhere) see only this slice's connections
+                checker = _validator(config.spec).checker()
+                feed = checker.feed
+                while (got := dec.arrow_events(schemas, constants, TABLE_OF_KIND, READS, config.batch_rows)) is not None:
+                    batches, events = got
+                    for name, obj in batches.items():
+                        batch = pa.record_batch(obj)
+                        written += batch.num_rows
+                        yield name, batch
+                    for ev in events:
+                        out = feed(ev)
+                        if out:
+                            found += out
+                    if len(found) >= config.batch_rows:
+                        written += len(found)
+                        yield "findings", events_batch(file_schema("findings"), found, constants)
+                        found = []
+                found += checker.finish()
+            else:
+                while (batches := dec.arrow(schemas, constants, TABLE_OF_KIND, config.batch_rows)) is not None:
+                    for name, obj in batches.items():
+                        batch = pa.record_batch(obj)
+                        written += batch.num_rows
+                        yield name, batch
+        finally:
+            stats.update(dec.stats())
     except OSError as exc:  # opening failed (local open or a remote filesystem)
         error = CaptureUnreadable(f"cannot read capture {sl.uri!r}: {exc.strerror or exc}")
     except Exception as exc:  # CaptureError, or a decoder bug: this capture stops, the job goes on
@@ -253,22 +316,20 @@ def decode_capture(sl: Slice, config: JobConfig) -> Iterator[tuple[str, pa.Recor
     finally:
         if stream is not None:
             stream.close()
-    for name, table in rows.items():
-        if name not in ("errors", "captures") and len(table):
-            written += len(table)
-            yield name, table.cut()
-    if error is not None and "errors" in rows and _reports(error, sl):
+    if found:
+        written += len(found)
+        yield "findings", events_batch(file_schema("findings"), found, constants)
+    if error is not None and "errors" in config.tables and _reports(error, sl):
         code = error.exit_code if isinstance(error, CaptureError) else EXIT_INTERNAL
         message = str(error) if isinstance(error, CaptureError) else f"{type(error).__name__}: {error}"
-        rows["errors"].add_row({"slice": sl.index, "slices": sl.count, "error": type(error).__name__,
-                                "exit_code": code, "message": message, "packets_read": stats.packets})  # fmt: skip
-        yield "errors", rows["errors"].cut()
-    if "captures" in rows:
+        row = {"slice": sl.index, "slices": sl.count, "error": type(error).__name__, "exit_code": code,
+               "message": message, "packets_read": stats.packets}  # fmt: skip
+        yield "errors", records_batch(file_schema("errors"), [row], constants)
+    if "captures" in config.tables:
         acc = stats.accounting_event().to_record()
         acc.update(slice=sl.index, slices=sl.count, size=sl.size, rows=written,
                    seconds=time.perf_counter() - started, ok=error is None)  # fmt: skip
-        rows["captures"].add_row(acc)
-        yield "captures", rows["captures"].cut()
+        yield "captures", records_batch(file_schema("captures"), [acc], constants)
 
 
 def _reports(error: BaseException, sl: Slice) -> bool:

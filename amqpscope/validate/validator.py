@@ -99,6 +99,11 @@ class Validator:
         """The pipeline stage: every event, then the findings it proves (state per capture)."""
         return Stage(self)
 
+    def checker(self) -> _Checker:
+        """A fresh state for one capture: ``feed(event)`` gives the findings an event proves,
+        ``finish()`` those of the capture's end. Only events of ``READS`` kinds matter to it."""
+        return _Checker(self)
+
     def check(self, events: Iterator[Event]) -> Iterator[Finding]:
         """Only the findings of an event stream."""
         for ev in self.stage(events):
@@ -142,6 +147,12 @@ class Stage:
 def validation_stage(spec: Spec) -> Any:
     """A stage function for ``decode_packets(..., stages=[...])``."""
     return Validator(spec).stage
+
+
+# The kinds of events ``_Checker.feed`` looks at (messages are assembled from frames it already
+# checked; accounting is not traffic): a caller that makes Python events only for the validator
+# (the Parquet tables, whose other rows the core builds) makes only these.
+READS = frozenset({"frame", "protocol-header", "connection", "malformed", "gap", "resync"})
 
 
 class _Checker:

@@ -1,0 +1,92 @@
+"""The rows the Parquet tables must hold, built independently of the code that writes them: from
+each event's ``to_record()`` (the JSON lines' dict), column by column of the declared schema. The
+core's Arrow batches (test_native_arrow), the Spark job and ``decode --format parquet``
+(test_spark) are all checked against these rows."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from typing import Any
+
+import pyarrow as pa
+
+from amqpscope.events import Event
+from amqpscope.output.records import dumps
+from amqpscope.spark import schema
+
+_PROMOTED = {col: (src, key, typ) for src, pairs in (
+    ("args", [(c, c, t) for c, t in schema.PROMOTED_ARGS]),
+    ("properties", schema.PROMOTED_PROPERTIES)) for key, col, typ in pairs}  # fmt: skip
+_PY = {pa.string(): str, pa.int64(): int, pa.bool_(): bool}
+MAPS = ("args", "properties", "client_properties", "server_properties")
+
+
+def map_entries(d: dict[str, Any] | None) -> list[tuple[str, str]] | None:
+    """A dict as the map column holds it, in the dict's order: strings as they are, every other
+    value as the JSON text the JSON lines carry."""
+    if d is None:
+        return None
+    return [(k, v if isinstance(v, str) else dumps(v)) for k, v in d.items()]
+
+
+def _map(d: dict[str, Any] | None) -> tuple[tuple[str, str], ...] | None:
+    entries = map_entries(d)
+    return None if entries is None else tuple(sorted(entries))
+
+
+def expected_row(table: schema.Table, uri: str, ev: Event) -> tuple[Any, ...]:
+    """The row a table should hold for an event (without the partition columns and ``time``)."""
+    rec = ev.to_record()
+    out: list[Any] = []
+    for f in table.schema:
+        name = f.name
+        if name in schema.PARTITION_COLUMNS or name == "time":
+            continue
+        if name == "capture":
+            value: Any = uri
+        elif name in rec:
+            value = _map(rec[name]) if f.type == schema.MAP else rec[name]
+            if isinstance(value, list):
+                value = tuple(value)
+        elif name in _PROMOTED and table.promoted:
+            src, key, typ = _PROMOTED[name]
+            v = (rec.get(src) or {}).get(key)
+            value = v if type(v) is _PY[typ] else None
+        else:
+            value = None
+        out.append((name, value))
+    return tuple(out)
+
+
+def actual_rows(table: schema.Table, rows: Iterable[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """Rows read back (``to_pylist``) in the form of ``expected_row``."""
+    out = []
+    for r in rows:
+        items = []
+        for f in table.schema:
+            if f.name in schema.PARTITION_COLUMNS or f.name == "time":
+                continue
+            v = r[f.name]
+            if f.type == schema.MAP and v is not None:
+                v = tuple(sorted(v))
+            elif isinstance(v, list):
+                v = tuple(v)
+            items.append((f.name, v))
+        out.append(tuple(items))
+    return out
+
+
+def check_rows(table: schema.Table, uri: str, events: list[Event], got: list[dict[str, Any]]) -> None:
+    """Row for row, in order: the values of ``to_record``, map entries in the dict's own order,
+    and ``time`` from ``ts`` (microseconds, truncated)."""
+    assert len(got) == len(events), f"{table.name}: {len(got)} rows for {len(events)} events"
+    want = [expected_row(table, uri, ev) for ev in events]
+    have = actual_rows(table, got)
+    for i, (a, b) in enumerate(zip(have, want, strict=True)):
+        assert a == b, f"{table.name} row {i}: {dict(a)} != {dict(b)}"
+    for ev, row in zip(events, got, strict=True):
+        for name in MAPS:
+            if name in row:
+                assert row[name] == map_entries(getattr(ev, name, None)), (table.name, name)
+        assert row["time"] == dt.datetime.fromtimestamp(int(ev.ts * 1e6) / 1e6, dt.UTC)
