@@ -107,11 +107,20 @@ impl Decoder {
             run.next_batch(min_events, &mut out).map(|more| (more, out))
         })?;
         py.check_signals()?;
-        match got {
-            Ok((false, out)) if out.is_empty() => Ok(None),
-            Ok((_, out)) => Ok(Some(out)),
-            Err(err) => Err(capture_error(py, &err)),
-        }
+        batch_result(py, got)
+    }
+}
+
+/// A trip into the core as Python sees it: None at the end, the events, or the capture error
+/// (raised on the trip after the one that handed over what was decoded before it).
+pub fn batch_result(
+    py: Python<'_>,
+    got: Result<(bool, Vec<Event>), CaptureError>,
+) -> PyResult<Option<Vec<Event>>> {
+    match got {
+        Ok((false, out)) if out.is_empty() => Ok(None),
+        Ok((_, out)) => Ok(Some(out)),
+        Err(err) => Err(capture_error(py, &err)),
     }
 }
 
@@ -119,12 +128,12 @@ impl Decoder {
 impl Decoder {
     /// Decode `source` (a path, "-" for stdin, or a binary file object) with the spec `tables`
     /// (JSON from amqpscope.dissect.tables).
-    #[new]
     ///
     /// `select(client, server)`, endpoints as `(address, port)`, is asked once per TCP flow: only
     /// the flows it accepts reach the AMQP session (Spark slices), all are reassembled.
     ///
     /// `tls_keylog`: NSS key log text (the contents of `--tls-keylog` files) for TLS connections.
+    #[new]
     #[pyo3(signature = (source, tables, ports = vec![5672], show_credentials = false, keep_bodies = true, max_packets = None, select = None, tls_keylog = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(

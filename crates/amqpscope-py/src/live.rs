@@ -16,7 +16,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
 use crate::decoder::{
-    body_mode, capture_error, detached, event_list, make_engine, stats_dict, stats_of,
+    batch_result, body_mode, capture_error, detached, event_list, make_engine, stats_dict, stats_of,
 };
 
 /// Most events per live batch: a busy capture is handed over in batches this large, a quiet one
@@ -39,11 +39,7 @@ impl LiveDecoder {
             run.next_batch_live(LIVE_BATCH_EVENTS, LIVE_MAX_WAIT, &mut out)
                 .map(|more| (more, out))
         })?;
-        match got {
-            Ok((false, out)) if out.is_empty() => Ok(None),
-            Ok((_, out)) => Ok(Some(out)),
-            Err(err) => Err(capture_error(py, &err)),
-        }
+        batch_result(py, got)
     }
 }
 
