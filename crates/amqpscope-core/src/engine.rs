@@ -224,37 +224,18 @@ impl Run {
         loop {
             let limit_reached = matches!(self.max_packets, Some(max) if self.engine.packets() >= max)
                 || matches!(self.max_frames, Some(max) if self.frames >= max);
-            let read = if limit_reached {
-                Ok(None)
-            } else {
-                self.reader.next_packet()
-            };
-            match read {
-                Ok(Some(pkt)) => {
-                    let before = out.len();
-                    self.engine.packet(&pkt, out);
-                    for ev in &out[before..] {
-                        match ev {
-                            Event::Frame(_) => self.frames += 1,
-                            Event::Message(_) => self.messages += 1,
-                            Event::Connection(c) if c.state == "open" => self.connections += 1,
-                            _ => {}
-                        }
-                    }
+            let before = out.len();
+            let more = self.step(limit_reached, out);
+            for ev in &out[before..] {
+                match ev {
+                    Event::Frame(_) => self.frames += 1,
+                    Event::Message(_) => self.messages += 1,
+                    Event::Connection(c) if c.state == "open" => self.connections += 1,
+                    _ => {}
                 }
-                Ok(None) => {
-                    self.engine.finish(out);
-                    self.reader.flush_copy();
-                    self.done = true;
-                    return Ok(!out.is_empty());
-                }
-                Err(err) => {
-                    self.engine.finish(out);
-                    self.reader.flush_copy();
-                    self.done = true;
-                    self.error = Some(err);
-                    return Ok(true);
-                }
+            }
+            if !more {
+                return Ok(!out.is_empty() || self.error.is_some());
             }
             if out.len() >= max_events {
                 break;
@@ -282,28 +263,39 @@ impl Run {
             return Ok(false);
         }
         while out.len() < min_events {
-            let read = match self.max_packets {
-                Some(max) if self.engine.packets() >= max => Ok(None),
-                _ => self.reader.next_packet(),
-            };
-            if let Some(keys) = self.reader.take_tls_secrets() {
-                self.engine.add_tls_keys(&keys); // a pcapng Decryption Secrets Block
-            }
-            match read {
-                Ok(Some(pkt)) => self.engine.packet(&pkt, out),
-                Ok(None) => {
-                    self.engine.finish(out);
-                    self.done = true;
-                    return Ok(!out.is_empty());
-                }
-                Err(err) => {
-                    self.engine.finish(out);
-                    self.done = true;
-                    self.error = Some(err);
-                    return Ok(true);
-                }
+            let limit_reached =
+                matches!(self.max_packets, Some(max) if self.engine.packets() >= max);
+            if !self.step(limit_reached, out) {
+                return Ok(!out.is_empty() || self.error.is_some());
             }
         }
         Ok(true)
+    }
+
+    /// One packet through the engine (its events appended, the key logs a pcapng carries handed
+    /// over), or, at the end of the input or a read error, every flow finished, the copy flushed
+    /// and the error kept for the next call. false: nothing more will come.
+    fn step(&mut self, limit_reached: bool, out: &mut Vec<Event>) -> bool {
+        let read = if limit_reached {
+            Ok(None)
+        } else {
+            self.reader.next_packet()
+        };
+        if let Some(keys) = self.reader.take_tls_secrets() {
+            self.engine.add_tls_keys(&keys); // a pcapng Decryption Secrets Block
+        }
+        let error = match read {
+            Ok(Some(pkt)) => {
+                self.engine.packet(&pkt, out);
+                return true;
+            }
+            Ok(None) => None,
+            Err(err) => Some(err),
+        };
+        self.engine.finish(out);
+        self.reader.flush_copy();
+        self.done = true;
+        self.error = error;
+        false
     }
 }
