@@ -204,6 +204,7 @@ class Finding(Event):
     rule: str  # stable id, e.g. "basic.ack.multiple.exists" or "frame.end"
     severity: str  # violation | deviation | warning | info
     code: int | None  # the reply code a conforming peer would answer with
+    rabbitmq_code: int | None = None  # RabbitMQ's actual answer, where it differs from the spec's rule
     message: str
     packets: tuple[int, ...] = ()  # every packet that proves it
     peer_reaction: str | None = None  # what the capture shows the peer did, and whether it matched

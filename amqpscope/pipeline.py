@@ -40,6 +40,7 @@ class Options:
     show_credentials: bool = False
     keep_bodies: bool = True  # keep message bodies in memory for --body preview/full
     tls_keylog: str = field(default="", repr=False)  # NSS key log text (--tls-keylog); never shown
+    validate: bool = False  # inline findings from the core's validator after the events they concern
 
 
 def read_keylogs(keylog: str | Path | Iterable[str | Path] | None) -> str:
@@ -109,6 +110,10 @@ def _ports(options: Options) -> list[int]:
     return sorted(options.ports)
 
 
+def _validation(codec: Codec, options: Options) -> str | None:
+    return codec.validation if options.validate else None
+
+
 def open_decoder(
     source: Source,
     codec: Codec | None = None,
@@ -128,6 +133,7 @@ def open_decoder(
         max_packets,
         select,
         options.tls_keylog or None,
+        _validation(codec, options),
     )
 
 
@@ -208,6 +214,7 @@ def decode_packets(
         options.keep_bodies,
         idle_timeout_ns,
         options.tls_keylog or None,
+        _validation(codec, options),
     )
     return chain.from_iterable(_staged(_engine_batches(engine, iter(packets), stats), stages))
 

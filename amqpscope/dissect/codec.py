@@ -54,6 +54,14 @@ class Codec:
         return to_json(self.spec)
 
     @cached_property
+    def validation(self) -> str:
+        """The spec's grammars, asserts, rules and pairing as the JSON tables the core's
+        validator executes."""
+        from amqpscope.validate.tables import validation_tables  # only runs that validate need it
+
+        return validation_tables(self.spec)
+
+    @cached_property
     def _decoders(self) -> Any:
         return _native.Codec(self.tables)
 

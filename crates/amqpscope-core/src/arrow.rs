@@ -24,7 +24,7 @@
 use std::sync::Arc;
 
 use arrow_array::builder::{
-    ArrayBuilder, BooleanBuilder, Float64Builder, Int64Builder, StringBuilder,
+    ArrayBuilder, BooleanBuilder, Float64Builder, Int64Builder, ListBuilder, StringBuilder,
     TimestampMicrosecondBuilder,
 };
 use arrow_array::{Array, ArrayRef, MapArray, StringArray, StructArray};
@@ -75,7 +75,7 @@ pub const PROMOTED_PROPERTIES: [(&str, &str); 11] = [
 ];
 
 /// The kinds of events the core makes, in `Event` order.
-pub const KINDS: [&str; 9] = [
+pub const KINDS: [&str; 10] = [
     "protocol-header",
     "frame",
     "message",
@@ -85,6 +85,7 @@ pub const KINDS: [&str; 9] = [
     "connection",
     "accounting",
     "tls",
+    "finding",
 ];
 
 fn kind_bit(ev: &Event) -> u16 {
@@ -98,6 +99,7 @@ fn kind_bit(ev: &Event) -> u16 {
         Event::Connection(_) => 6,
         Event::Accounting(_) => 7,
         Event::Tls(_) => 8,
+        Event::Finding(_) => 9,
     };
     1 << i
 }
@@ -110,6 +112,8 @@ enum Ty {
     Bool,
     Str,
     Map,
+    /// list<int64>: the packets that prove a finding.
+    IntList,
 }
 
 /// An event field stored in a column of the same name (`amqpscope/events.py` names).
@@ -195,10 +199,18 @@ enum Field {
     RecordsDecrypted,
     RecordsFailed,
     RecordsLost,
+    // finding
+    Rule,
+    Severity,
+    Code,
+    RabbitmqCode,
+    Message,
+    ProvingPackets,
+    PeerReaction,
 }
 
 /// Every event field by column name, with its Arrow type.
-const FIELDS: [(&str, Field, Ty); 74] = [
+const FIELDS: [(&str, Field, Ty); 81] = [
     ("packet", Field::Packet, Ty::Int),
     ("ts", Field::Ts, Ty::Float),
     ("conn", Field::Conn, Ty::Int),
@@ -273,6 +285,14 @@ const FIELDS: [(&str, Field, Ty); 74] = [
     ("records_decrypted", Field::RecordsDecrypted, Ty::Int),
     ("records_failed", Field::RecordsFailed, Ty::Int),
     ("records_lost", Field::RecordsLost, Ty::Int),
+    ("rule", Field::Rule, Ty::Str),
+    ("severity", Field::Severity, Ty::Str),
+    ("code", Field::Code, Ty::Int),
+    ("rabbitmq_code", Field::RabbitmqCode, Ty::Int),
+    ("message", Field::Message, Ty::Str),
+    // the same name as the accounting's packet count: told apart by the column's type
+    ("packets", Field::ProvingPackets, Ty::IntList),
+    ("peer_reaction", Field::PeerReaction, Ty::Str),
 ];
 
 /// One field of one event, borrowed.
@@ -286,6 +306,7 @@ enum Cell<'a> {
     /// Written as lowercase hex text (the protocol header's raw bytes).
     Hex(&'a [u8]),
     Map(&'a Table),
+    Ints(&'a [u64]),
 }
 
 fn opt_str(v: &Option<String>) -> Cell<'_> {
@@ -401,6 +422,14 @@ impl Field {
             (F::RecordsLost, E::Tls(e)) => Cell::UInt(e.records_lost),
             (F::BytesC2s, E::Tls(e)) => Cell::UInt(e.bytes_c2s),
             (F::BytesS2c, E::Tls(e)) => Cell::UInt(e.bytes_s2c),
+
+            (F::Rule, E::Finding(e)) => Cell::Str(&e.rule),
+            (F::Severity, E::Finding(e)) => Cell::Str(e.severity),
+            (F::Code, E::Finding(e)) => opt_int(e.code),
+            (F::RabbitmqCode, E::Finding(e)) => opt_int(e.rabbitmq_code),
+            (F::Message, E::Finding(e)) => Cell::Str(&e.message),
+            (F::ProvingPackets, E::Finding(e)) => Cell::Ints(&e.packets),
+            (F::PeerReaction, E::Finding(e)) => opt_str(&e.peer_reaction),
             _ => Cell::Null,
         }
     }
@@ -500,6 +529,8 @@ enum Builder {
     Str(StringBuilder),
     Time(TimestampMicrosecondBuilder),
     Map(MapColumn),
+    /// With the schema's item field, so that the batch's type is exactly the schema's.
+    IntList(ListBuilder<Int64Builder>, FieldRef),
 }
 
 impl Builder {
@@ -520,6 +551,11 @@ impl Builder {
                 fresh.nulls = NullBufferBuilder::new(rows);
                 Builder::Map(fresh)
             }
+            Builder::IntList(_, item) => Builder::IntList(
+                ListBuilder::with_capacity(Int64Builder::with_capacity(rows * 2), rows)
+                    .with_field(item.clone()),
+                item.clone(),
+            ),
         }
     }
 }
@@ -619,6 +655,25 @@ impl Column {
                     }
                 }
             }
+            Builder::IntList(b, _) => {
+                for ev in rows {
+                    match f.cell(ev) {
+                        Cell::Ints(values) => {
+                            for v in values {
+                                let v = i64::try_from(*v).map_err(|_| {
+                                    ArrowError::ComputeError(format!(
+                                        "{}: {v} does not fit an int64 column",
+                                        self.name
+                                    ))
+                                })?;
+                                b.values().append_value(v);
+                            }
+                            b.append(true);
+                        }
+                        _ => b.append_null(),
+                    }
+                }
+            }
         }
         Ok(())
     }
@@ -651,7 +706,7 @@ impl Column {
                 }
             }
             // refused when the builder is made
-            Builder::Float(_) | Builder::Time(_) | Builder::Map(_) => {}
+            Builder::Float(_) | Builder::Time(_) | Builder::Map(_) | Builder::IntList(..) => {}
         }
     }
 
@@ -668,6 +723,7 @@ impl Column {
             (_, Builder::Str(b)) => Arc::new(b.finish()),
             (_, Builder::Time(b)) => Arc::new(b.finish().with_data_type(self.data_type.clone())),
             (_, Builder::Map(m)) => m.finish()?,
+            (_, Builder::IntList(b, _)) => Arc::new(b.finish()),
         };
         Ok(array)
     }
@@ -712,6 +768,18 @@ fn string_map(name: &str, dt: &DataType) -> Result<(FieldRef, bool), ArrowError>
     Err(bad_type(name, "map<string, string>", dt))
 }
 
+/// The event field stored in column `name`: where two kinds use one name for different types
+/// (the accounting's `packets` count, a finding's `packets` list), the column's type decides.
+fn field_named(name: &str, dt: &DataType) -> Option<&'static (&'static str, Field, Ty)> {
+    let mut named = FIELDS.iter().filter(|(n, _, _)| *n == name);
+    let first = named.next()?;
+    let list = matches!(dt, DataType::List(_));
+    std::iter::once(first)
+        .chain(named)
+        .find(|(_, _, ty)| (*ty == Ty::IntList) == list)
+        .or(Some(first))
+}
+
 fn builder_of(name: &str, ty: Ty, dt: &DataType) -> Result<Builder, ArrowError> {
     let b = match (ty, dt) {
         (Ty::Int, DataType::Int64) => Builder::Int(Int64Builder::new()),
@@ -722,6 +790,13 @@ fn builder_of(name: &str, ty: Ty, dt: &DataType) -> Result<Builder, ArrowError> 
             let (entries, sorted) = string_map(name, dt)?;
             Builder::Map(MapColumn::new(entries, sorted))
         }
+        (Ty::IntList, DataType::List(item)) if item.data_type() == &DataType::Int64 => {
+            Builder::IntList(
+                ListBuilder::new(Int64Builder::new()).with_field(item.clone()),
+                item.clone(),
+            )
+        }
+        (Ty::IntList, _) => return Err(bad_type(name, "list<int64>", dt)),
         (Ty::Int, _) => return Err(bad_type(name, "int64", dt)),
         (Ty::Float, _) => return Err(bad_type(name, "double", dt)),
         (Ty::Bool, _) => return Err(bad_type(name, "bool", dt)),
@@ -773,7 +848,7 @@ impl TableBuilder {
                     Source::Time,
                     Builder::Time(TimestampMicrosecondBuilder::new()),
                 )
-            } else if let Some((_, field, ty)) = FIELDS.iter().find(|(n, _, _)| *n == name) {
+            } else if let Some((_, field, ty)) = field_named(name, dt) {
                 (Source::Field(*field), builder_of(name, *ty, dt)?)
             } else if let Some(key) = PROMOTED_ARGS.iter().find(|k| **k == name) {
                 (Source::Promoted(false, key), promoted_builder(name, dt)?)

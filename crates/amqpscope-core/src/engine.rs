@@ -15,6 +15,7 @@ use crate::net::SegmentParser;
 use crate::reasm::Reassembler;
 use crate::session::{Options, Session};
 use crate::types::{CloseHow, Packet, TcpEvent};
+use crate::validate::Validator;
 
 /// Decides which TCP flow events reach the AMQP session (Spark slices decode a share of a
 /// capture's connections; every flow is still reassembled).
@@ -26,6 +27,11 @@ pub struct Engine {
     reasm: Reassembler,
     session: Session,
     select: Option<Select>,
+    /// Inline validation: each event the session emits is followed by the findings it proves.
+    validator: Option<Validator>,
+    /// The events of one step on their way through the validator (reused).
+    checked: Vec<Event>,
+    found: Vec<Event>,
     packets: u64,
     tcp_packets: u64,
     tcp: Vec<TcpEvent>,
@@ -39,6 +45,9 @@ impl Engine {
             reasm: Reassembler::new(limits),
             session: Session::new(codec, options, limits),
             select: None,
+            validator: None,
+            checked: Vec::new(),
+            found: Vec::new(),
             packets: 0,
             tcp_packets: 0,
             tcp: Vec::new(),
@@ -51,6 +60,11 @@ impl Engine {
         self
     }
 
+    pub fn with_validator(mut self, validator: Validator) -> Engine {
+        self.validator = Some(validator);
+        self
+    }
+
     /// Every event one packet completes.
     pub fn packet(&mut self, pkt: &Packet, out: &mut Vec<Event>) {
         self.packets += 1;
@@ -59,7 +73,25 @@ impl Engine {
         };
         self.tcp_packets += 1;
         self.reasm.feed(&seg, &mut self.tcp);
+        let start = out.len();
         self.drain_tcp(out);
+        self.validate_since(start, out);
+    }
+
+    /// The events appended to `out` since `start`, each followed by its findings.
+    fn validate_since(&mut self, start: usize, out: &mut Vec<Event>) {
+        let Some(validator) = self.validator.as_mut() else {
+            return;
+        };
+        if out.len() == start {
+            return;
+        }
+        self.checked.extend(out.drain(start..));
+        for ev in self.checked.drain(..) {
+            validator.feed(&ev, &mut self.found);
+            out.push(ev);
+            out.append(&mut self.found);
+        }
     }
 
     /// The end of the input: holes become gaps, every flow closes ("eof").
@@ -70,10 +102,15 @@ impl Engine {
         self.finished = true;
         self.reasm.finish(&mut self.tcp);
         let last_ts = self.tcp.iter().rev().find_map(ts_of).unwrap_or(0);
+        let start = out.len();
         self.drain_tcp(out);
         for flow in self.session.open_flows() {
             self.session
                 .close_flow(flow, CloseHow::Eof, self.packets, last_ts, out);
+        }
+        self.validate_since(start, out);
+        if let Some(validator) = self.validator.as_mut() {
+            validator.finish(out);
         }
     }
 

@@ -224,7 +224,26 @@ pub struct Accounting {
     pub tls_opaque_bytes: u64,
 }
 
-/// One event. `Finding` joins this list when validation moves into the core.
+/// A check that failed: a broken rule of the spec, a frame rule, a deviation or a warning.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Finding {
+    pub base: Base,
+    /// Stable id, e.g. "basic.ack.multiple.exists" or "frame.end".
+    pub rule: String,
+    /// violation | deviation | warning | info
+    pub severity: &'static str,
+    /// The reply code a conforming peer would answer with.
+    pub code: Option<i64>,
+    /// RabbitMQ's actual answer where it differs from the spec's rule (a named broker behaviour).
+    pub rabbitmq_code: Option<i64>,
+    pub message: String,
+    /// Every packet that proves it.
+    pub packets: Vec<u64>,
+    /// What the capture shows the peer did, and whether it matched.
+    pub peer_reaction: Option<String>,
+}
+
+/// One event.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
     ProtocolHeader(ProtocolHeader),
@@ -236,6 +255,7 @@ pub enum Event {
     Connection(Box<Connection>),
     Accounting(Accounting),
     Tls(Box<Tls>),
+    Finding(Box<Finding>),
 }
 
 impl Event {
@@ -251,6 +271,7 @@ impl Event {
             Event::Connection(_) => "connection",
             Event::Accounting(_) => "accounting",
             Event::Tls(_) => "tls",
+            Event::Finding(_) => "finding",
         }
     }
 
@@ -265,6 +286,7 @@ impl Event {
             Event::Connection(e) => &mut e.base,
             Event::Accounting(e) => &mut e.base,
             Event::Tls(e) => &mut e.base,
+            Event::Finding(e) => &mut e.base,
         }
     }
 
@@ -279,6 +301,7 @@ impl Event {
             Event::Connection(e) => &e.base,
             Event::Accounting(e) => &e.base,
             Event::Tls(e) => &e.base,
+            Event::Finding(e) => &e.base,
         }
     }
 }

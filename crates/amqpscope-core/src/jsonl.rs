@@ -8,8 +8,8 @@
 //! orjson 3.x formats them, so the Rust and Python outputs can be compared byte for byte.
 
 use crate::event::{
-    Accounting, Base, Connection, Event, Frame, Gap, Malformed, Message, ProtocolHeader, Resync,
-    Tls,
+    Accounting, Base, Connection, Event, Finding, Frame, Gap, Malformed, Message, ProtocolHeader,
+    Resync, Tls,
 };
 use crate::value::{get, Table, Value};
 
@@ -49,6 +49,7 @@ pub fn write_event(ev: &Event, body: BodyMode, out: &mut Vec<u8>) {
         Event::Connection(e) => write_connection(out, e),
         Event::Accounting(e) => write_accounting(out, e),
         Event::Tls(e) => write_tls(out, e),
+        Event::Finding(e) => write_finding(out, e),
     }
     out.extend_from_slice(b"}\n");
 }
@@ -238,6 +239,27 @@ fn write_tls(out: &mut Vec<u8>, e: &Tls) {
         ("bytes_s2c", e.bytes_s2c),
     ];
     write_u64s(out, &counts);
+}
+
+fn write_finding(out: &mut Vec<u8>, e: &Finding) {
+    key(out, "rule");
+    write_str(out, &e.rule);
+    key(out, "severity");
+    write_str(out, e.severity);
+    write_opt_i64s(out, &[("code", e.code), ("rabbitmq_code", e.rabbitmq_code)]);
+    key(out, "message");
+    write_str(out, &e.message);
+    key(out, "packets");
+    out.push(b'[');
+    for (i, p) in e.packets.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_u64(out, *p);
+    }
+    out.push(b']');
+    key(out, "peer_reaction");
+    write_opt_str(out, e.peer_reaction.as_deref());
 }
 
 fn write_accounting(out: &mut Vec<u8>, e: &Accounting) {

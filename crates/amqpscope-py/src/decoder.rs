@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use amqpscope_core::capture::CaptureError;
 use amqpscope_core::codec::Codec;
@@ -14,6 +14,7 @@ use amqpscope_core::limits::Limits;
 use amqpscope_core::session::Options;
 use amqpscope_core::tables::SpecTables;
 use amqpscope_core::types::TcpEvent;
+use amqpscope_core::validate::{ValidationTables, Validator};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
@@ -134,7 +135,10 @@ impl Decoder {
     ///
     /// `tls_keylog`: NSS key log text (the contents of `--tls-keylog` files) for TLS connections.
     #[new]
-    #[pyo3(signature = (source, tables, ports = vec![5672], show_credentials = false, keep_bodies = true, max_packets = None, select = None, tls_keylog = None))]
+    ///
+    /// `validation`: the validation tables (JSON from amqpscope.validate.tables); with them every
+    /// event is followed by the findings it proves.
+    #[pyo3(signature = (source, tables, ports = vec![5672], show_credentials = false, keep_bodies = true, max_packets = None, select = None, tls_keylog = None, validation = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -146,9 +150,17 @@ impl Decoder {
         max_packets: Option<u64>,
         select: Option<Py<PyAny>>,
         tls_keylog: Option<String>,
+        validation: Option<&str>,
     ) -> PyResult<Decoder> {
         let limits = Limits::default();
-        let mut engine = make_engine(tables, ports, show_credentials, keep_bodies, &limits)?;
+        let mut engine = make_engine(
+            tables,
+            validation,
+            ports,
+            show_credentials,
+            keep_bodies,
+            &limits,
+        )?;
         if let Some(text) = tls_keylog {
             engine.add_tls_keys(&text);
         }
@@ -300,9 +312,11 @@ fn flow_select(predicate: Py<PyAny>) -> Select {
     })
 }
 
-/// An engine for the spec `tables` (JSON from amqpscope.dissect.tables) and these options.
+/// An engine for the spec `tables` (JSON from amqpscope.dissect.tables) and these options, with
+/// inline validation when `validation` tables are given.
 pub fn make_engine(
     tables: &str,
+    validation: Option<&str>,
     ports: Vec<u16>,
     show_credentials: bool,
     keep_bodies: bool,
@@ -315,7 +329,14 @@ pub fn make_engine(
         keep_bodies,
         ..Options::default()
     };
-    Ok(Engine::new(Codec::new(tables, limits), options, limits))
+    let engine = Engine::new(Codec::new(tables, limits), options, limits);
+    Ok(match validation {
+        Some(text) => {
+            let checks = ValidationTables::from_json(text).map_err(PyValueError::new_err)?;
+            engine.with_validator(Validator::new(Arc::new(checks)))
+        }
+        None => engine,
+    })
 }
 
 pub type Stats = (u64, u64, BTreeMap<String, u64>, Accounting);

@@ -3,8 +3,8 @@
 
 use crate::topy::{DECIMAL, PROBLEM, TIMESTAMP};
 use amqpscope_core::event::{
-    Accounting, Base, Connection, Dir, Event, Frame, Gap, Malformed, Message, ProtocolHeader,
-    Resync, Tls,
+    Accounting, Base, Connection, Dir, Event, Finding, Frame, Gap, Malformed, Message,
+    ProtocolHeader, Resync, Tls,
 };
 use amqpscope_core::value::{Name, Table, Value};
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -41,6 +41,7 @@ pub fn event(ev: &Bound<'_, PyAny>) -> PyResult<Event> {
         "connection" => Event::Connection(Box::new(connection(ev, base)?)),
         "accounting" => Event::Accounting(accounting(ev, base)?),
         "tls" => Event::Tls(Box::new(tls(ev, base)?)),
+        "finding" => Event::Finding(Box::new(finding(ev, base)?)),
         other => {
             return Err(PyValueError::new_err(format!(
                 "no core event for kind {other:?}"
@@ -188,6 +189,27 @@ fn tls(ev: &Bound<'_, PyAny>, base: Base) -> PyResult<Tls> {
         records_lost: attr(ev, "records_lost")?,
         bytes_c2s: attr(ev, "bytes_c2s")?,
         bytes_s2c: attr(ev, "bytes_s2c")?,
+    })
+}
+
+fn finding(ev: &Bound<'_, PyAny>, base: Base) -> PyResult<Finding> {
+    let severity: String = attr(ev, "severity")?;
+    let severity = match severity.as_str() {
+        "violation" => "violation",
+        "deviation" => "deviation",
+        "warning" => "warning",
+        "info" => "info",
+        other => return Err(PyValueError::new_err(format!("bad severity {other:?}"))),
+    };
+    Ok(Finding {
+        base,
+        rule: attr(ev, "rule")?,
+        severity,
+        code: attr(ev, "code")?,
+        rabbitmq_code: attr(ev, "rabbitmq_code")?,
+        message: attr(ev, "message")?,
+        packets: attr(ev, "packets")?,
+        peer_reaction: attr(ev, "peer_reaction")?,
     })
 }
 

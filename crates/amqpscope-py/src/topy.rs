@@ -2,8 +2,8 @@
 //! the rich view and analytics. The classes are imported once per process, not per event.
 
 use amqpscope_core::event::{
-    Accounting, Base, Connection, Event, Frame, Gap, Malformed, Message, ProtocolHeader, Resync,
-    Tls,
+    Accounting, Base, Connection, Event, Finding, Frame, Gap, Malformed, Message, ProtocolHeader,
+    Resync, Tls,
 };
 use amqpscope_core::jsonl::{write_decimal, write_hex};
 use amqpscope_core::value::{Table, Value};
@@ -45,6 +45,7 @@ static MALFORMED: Class = Class::new(EVENTS, "Malformed");
 static CONNECTION: Class = Class::new(EVENTS, "Connection");
 static ACCOUNTING: Class = Class::new(EVENTS, "Accounting");
 static TLS: Class = Class::new(EVENTS, "Tls");
+static FINDING: Class = Class::new(EVENTS, "Finding");
 pub(crate) static TIMESTAMP: Class = Class::new(VALUES, "Timestamp");
 pub(crate) static PROBLEM: Class = Class::new(VALUES, "Problem");
 pub(crate) static DECIMAL: Class = Class::new("decimal", "Decimal");
@@ -63,6 +64,7 @@ pub fn event<'py>(py: Python<'py>, ev: &Event) -> PyResult<Bound<'py, PyAny>> {
         Event::Connection(e) => connection(&kw, e, &CONNECTION),
         Event::Accounting(e) => accounting(&kw, e, &ACCOUNTING),
         Event::Tls(e) => tls(&kw, e, &TLS),
+        Event::Finding(e) => finding(&kw, e, &FINDING),
     }?;
     class.get(py)?.call((), Some(&kw))
 }
@@ -196,6 +198,21 @@ fn tls<'c>(kw: &Kw<'_>, e: &Tls, c: &'c Class) -> PyResult<&'c Class> {
     kw.set_item(intern!(py, "records_lost"), e.records_lost)?;
     kw.set_item(intern!(py, "bytes_c2s"), e.bytes_c2s)?;
     kw.set_item(intern!(py, "bytes_s2c"), e.bytes_s2c)?;
+    Ok(c)
+}
+
+fn finding<'c>(kw: &Kw<'_>, e: &Finding, c: &'c Class) -> PyResult<&'c Class> {
+    let py = kw.py();
+    kw.set_item(intern!(py, "rule"), &e.rule)?;
+    kw.set_item(intern!(py, "severity"), e.severity)?;
+    kw.set_item(intern!(py, "code"), e.code)?;
+    kw.set_item(intern!(py, "rabbitmq_code"), e.rabbitmq_code)?;
+    kw.set_item(intern!(py, "message"), &e.message)?;
+    kw.set_item(
+        intern!(py, "packets"),
+        pyo3::types::PyTuple::new(py, &e.packets)?,
+    )?;
+    kw.set_item(intern!(py, "peer_reaction"), e.peer_reaction.as_deref())?;
     Ok(c)
 }
 
