@@ -22,4 +22,5 @@ pub mod session;
 pub mod tables;
 pub mod tls;
 pub mod types;
+pub mod validate;
 pub mod value;
