@@ -1,0 +1,422 @@
+//! Semantic rules a passive observer can decide (`amqpscope/validate/rules.py`, checklist §3
+//! "yes"/"partly", §3.1): each function looks at one decoded method frame with the state of its
+//! connection and channel. Rule ids come from the spec (`<scope>.<rule name>`).
+//!
+//! What is particular to a method (which handler keeps its ledger, reply codes, which client rule
+//! a refusal proves, RabbitMQ's own answers) comes from `RulesTables`, compiled in Python by
+//! `amqpscope/validate/rules_tables.py` out of the spec; a rule id written here is the spec's rule
+//! (or the catalogue's own) that the check is about.
+//!
+//! The checker calls, in `validator.py`'s order: `lifecycle::connection_close`,
+//! `lifecycle::channel_lifecycle`, `negotiation::negotiation`, `negotiation::capability`,
+//! `negotiation::close_codes`, `suspects::suspects_on_connection_close`, `suspects::refused`,
+//! `deliveries::functional`, `suspects::suspects` (when `t.suspect_names` has the method and the
+//! channel has suspects or the frame is the client's) and `suspects::exclusive` (when
+//! `t.exclusive_names` has it).
+
+pub mod deliveries;
+pub mod lifecycle;
+pub mod negotiation;
+pub mod suspects;
+
+use std::collections::{HashMap, HashSet};
+
+use serde_json::Value as Json;
+
+use crate::event::{Dir, Finding, Frame};
+use crate::value::{get, Table, Value};
+
+use super::pyrepr::str_value;
+use super::state::di;
+
+/// What a functional handler does with a (direction, method): rules_tables.HANDLERS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handler {
+    Deliver,
+    Get,
+    GetEmpty,
+    Settle,
+    Confirm,
+    Publish,
+    Select,
+    Transacted,
+    Recover,
+    DeclareOk,
+    Declare,
+    QueueKnown,
+    Consume,
+    ConsumeOk,
+    Cancel,
+    CancelOk,
+    Qos,
+    Flow,
+    /// Only the not-implemented checks.
+    NoLedger,
+}
+
+impl Handler {
+    fn parse(name: &str) -> Option<Handler> {
+        Some(match name {
+            "deliver" => Handler::Deliver,
+            "get" => Handler::Get,
+            "get-empty" => Handler::GetEmpty,
+            "settle" => Handler::Settle,
+            "confirm" => Handler::Confirm,
+            "publish" => Handler::Publish,
+            "select" => Handler::Select,
+            "transacted" => Handler::Transacted,
+            "recover" => Handler::Recover,
+            "declare-ok" => Handler::DeclareOk,
+            "declare" => Handler::Declare,
+            "queue-known" => Handler::QueueKnown,
+            "consume" => Handler::Consume,
+            "consume-ok" => Handler::ConsumeOk,
+            "cancel" => Handler::Cancel,
+            "cancel-ok" => Handler::CancelOk,
+            "qos" => Handler::Qos,
+            "flow" => Handler::Flow,
+            "none" => Handler::NoLedger,
+            _ => return None,
+        })
+    }
+}
+
+/// A RabbitMQ 540 NOT_IMPLEMENTED case: the method from `dir` with `field` truthy (or falsy).
+#[derive(Debug, Clone)]
+pub struct NotImplemented {
+    pub dir: Dir,
+    pub method: String,
+    pub field: String,
+    pub when_truthy: bool,
+    pub message: String,
+}
+
+/// A client rule of a request whose on-failure is a reply code (rules_tables.refusal_rules).
+#[derive(Debug, Clone)]
+pub struct Refusal {
+    pub rule: String,
+    /// Identifier of the field the rule is about.
+    pub field: Option<String>,
+    /// The rule's name.
+    pub name: String,
+    pub text: String,
+}
+
+/// The data of `rules_tables(spec)` (key "rules" of the validation tables).
+#[derive(Debug, Clone, Default)]
+pub struct RulesTables {
+    /// Per direction (`di`): method -> handler.
+    pub handlers: [HashMap<String, Handler>; 2],
+    pub not_implemented: Vec<NotImplemented>,
+    /// Method -> the client capability it needs.
+    pub capabilities: HashMap<String, String>,
+    pub soft_on_connection_close: HashSet<String>,
+    pub suspect_names: HashSet<String>,
+    /// Method -> (field ident, rule id) of its "amq." reserved-name rule.
+    pub reserved: HashMap<String, (String, String)>,
+    pub standard_types: HashSet<String>,
+    pub standard_exchanges: HashSet<String>,
+    pub known_types: Vec<(String, String)>,
+    pub max_suspects: usize,
+    pub queue_users: HashSet<String>,
+    pub exclusive_names: HashSet<String>,
+    /// (request, reply code) -> its client rules.
+    pub refusals: HashMap<(String, i64), Vec<Refusal>>,
+    pub reply_success: i64,
+    pub frame_min_size: i64,
+    /// (name, value, class) of the reply codes with a class, in the spec's order.
+    pub error_constants: Vec<(String, i64, String)>,
+    pub method_ids: HashMap<String, (i64, i64)>,
+    pub method_by_ids: HashSet<(i64, i64)>,
+    /// Finding rule id -> the code RabbitMQ answers with where the spec's rule says another.
+    pub rabbitmq_codes: HashMap<String, i64>,
+    /// Assert finding id -> (the spec rule it restates, that rule's code).
+    pub assert_codes: HashMap<String, (String, i64)>,
+}
+
+fn obj<'j>(j: &'j Json, key: &str) -> Result<&'j serde_json::Map<String, Json>, String> {
+    j.get(key)
+        .and_then(Json::as_object)
+        .ok_or_else(|| format!("rules tables: {key} is not an object"))
+}
+
+fn arr<'j>(j: &'j Json, key: &str) -> Result<&'j Vec<Json>, String> {
+    j.get(key)
+        .and_then(Json::as_array)
+        .ok_or_else(|| format!("rules tables: {key} is not a list"))
+}
+
+fn strs(j: &Json, key: &str) -> Result<HashSet<String>, String> {
+    Ok(arr(j, key)?
+        .iter()
+        .filter_map(|v| v.as_str().map(str::to_owned))
+        .collect())
+}
+
+fn int(j: &Json, key: &str) -> Result<i64, String> {
+    j.get(key)
+        .and_then(Json::as_i64)
+        .ok_or_else(|| format!("rules tables: {key} is not an integer"))
+}
+
+fn text(j: &Json, key: &str) -> Result<String, String> {
+    j.get(key)
+        .and_then(Json::as_str)
+        .map(str::to_owned)
+        .ok_or_else(|| format!("rules tables: {key} is not a string"))
+}
+
+fn dir_of(s: &str) -> Result<Dir, String> {
+    match s {
+        "c2s" => Ok(Dir::C2S),
+        "s2c" => Ok(Dir::S2C),
+        _ => Err(format!("rules tables: direction {s:?}")),
+    }
+}
+
+impl RulesTables {
+    /// Parse the "rules" object of the validation tables.
+    pub fn from_json(j: &Json) -> Result<RulesTables, String> {
+        let mut t = RulesTables::default();
+        for (d, map) in obj(j, "handlers")? {
+            let slot = &mut t.handlers[di(dir_of(d)?)];
+            for (name, h) in map.as_object().ok_or("rules tables: handlers")? {
+                let h = h
+                    .as_str()
+                    .and_then(Handler::parse)
+                    .ok_or_else(|| format!("rules tables: handler of {name}"))?;
+                slot.insert(name.clone(), h);
+            }
+        }
+        for n in arr(j, "not_implemented")? {
+            t.not_implemented.push(NotImplemented {
+                dir: dir_of(&text(n, "dir")?)?,
+                method: text(n, "method")?,
+                field: text(n, "field")?,
+                when_truthy: text(n, "when")? == "truthy",
+                message: text(n, "message")?,
+            });
+        }
+        for (k, v) in obj(j, "capabilities")? {
+            t.capabilities
+                .insert(k.clone(), v.as_str().unwrap_or_default().to_owned());
+        }
+        t.soft_on_connection_close = strs(j, "soft_on_connection_close")?;
+        t.suspect_names = strs(j, "suspect_names")?;
+        for (k, v) in obj(j, "reserved")? {
+            let pair = v.as_array().ok_or("rules tables: reserved")?;
+            let field = pair.first().and_then(Json::as_str).unwrap_or_default();
+            let rule = pair.get(1).and_then(Json::as_str).unwrap_or_default();
+            t.reserved
+                .insert(k.clone(), (field.to_owned(), rule.to_owned()));
+        }
+        t.standard_types = strs(j, "standard_types")?;
+        t.standard_exchanges = strs(j, "standard_exchanges")?;
+        for (k, v) in obj(j, "known_types")? {
+            t.known_types
+                .push((k.clone(), v.as_str().unwrap_or_default().to_owned()));
+        }
+        t.max_suspects = usize::try_from(int(j, "max_suspects")?).unwrap_or(0);
+        t.queue_users = strs(j, "queue_users")?;
+        t.exclusive_names = strs(j, "exclusive_names")?;
+        for r in arr(j, "refusals")? {
+            let mut rules = Vec::new();
+            for c in arr(r, "rules")? {
+                rules.push(Refusal {
+                    rule: text(c, "rule")?,
+                    field: c.get("field").and_then(Json::as_str).map(str::to_owned),
+                    name: text(c, "name")?,
+                    text: text(c, "text")?,
+                });
+            }
+            t.refusals
+                .insert((text(r, "method")?, int(r, "code")?), rules);
+        }
+        t.reply_success = int(j, "reply_success")?;
+        t.frame_min_size = int(j, "frame_min_size")?;
+        for c in arr(j, "error_constants")? {
+            let c = c.as_array().ok_or("rules tables: error_constants")?;
+            let name = c.first().and_then(Json::as_str).unwrap_or_default();
+            let value = c.get(1).and_then(Json::as_i64).unwrap_or(-1);
+            let cls = c.get(2).and_then(Json::as_str).unwrap_or_default();
+            t.error_constants
+                .push((name.to_owned(), value, cls.to_owned()));
+        }
+        for (k, v) in obj(j, "method_ids")? {
+            let ids = v.as_array().ok_or("rules tables: method_ids")?;
+            let cid = ids.first().and_then(Json::as_i64).unwrap_or(-1);
+            let mid = ids.get(1).and_then(Json::as_i64).unwrap_or(-1);
+            t.method_ids.insert(k.clone(), (cid, mid));
+            t.method_by_ids.insert((cid, mid));
+        }
+        for (k, v) in obj(j, "rabbitmq_codes")? {
+            if let Some(code) = v.as_i64() {
+                t.rabbitmq_codes.insert(k.clone(), code);
+            }
+        }
+        for (k, v) in obj(j, "assert_codes")? {
+            t.assert_codes
+                .insert(k.clone(), (text(v, "rule")?, int(v, "code")?));
+        }
+        Ok(t)
+    }
+
+    /// The handler of a (direction, method).
+    pub fn handler(&self, d: Dir, name: &str) -> Option<Handler> {
+        self.handlers[di(d)].get(name).copied()
+    }
+
+    /// RabbitMQ's code where it differs from the spec's rule for this finding's rule id.
+    pub fn rabbitmq_code(&self, rule: &str) -> Option<i64> {
+        self.rabbitmq_codes.get(rule).copied()
+    }
+
+    /// An assert finding's reply code: the code of the spec rule the assert restates (the
+    /// exchange name's "syntax", tune-ok's "upper-limit"), and RabbitMQ's where it differs.
+    /// None: no such rule (the assert keeps its own code). Issue #16: not the generic 502.
+    pub fn assert_code(&self, assert_rule: &str) -> Option<(i64, Option<i64>)> {
+        let (_, code) = self.assert_codes.get(assert_rule)?;
+        Some((*code, self.rabbitmq_code(assert_rule)))
+    }
+
+    /// Fill `rabbitmq_code` of a finding from `RABBITMQ_CODES`.
+    pub fn with_rabbitmq(&self, mut f: Finding) -> Finding {
+        if f.rabbitmq_code.is_none() {
+            f.rabbitmq_code = self.rabbitmq_code(&f.rule);
+        }
+        f
+    }
+}
+
+/// What a rule tells the checker to do with the frame (Python's "", "skip", "claimed").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Go on checking it.
+    Go,
+    /// In flight or otherwise not to judge: ignore it.
+    Skip,
+    /// A violation was reported for it: no further checks.
+    Claimed,
+}
+
+impl Verdict {
+    /// Python's truthiness of the returned string.
+    pub fn stop(self) -> bool {
+        self != Verdict::Go
+    }
+}
+
+/// One method frame as the rules see it.
+#[derive(Clone, Copy)]
+pub struct Call<'e> {
+    pub ev: &'e Frame,
+    pub name: &'e str,
+    pub args: &'e Table,
+    /// The method's no-wait bit is set (no reply will come).
+    pub nowait: bool,
+}
+
+impl<'e> Call<'e> {
+    pub fn new(ev: &'e Frame, name: &'e str, args: &'e Table, nowait: bool) -> Call<'e> {
+        Call {
+            ev,
+            name,
+            args,
+            nowait,
+        }
+    }
+
+    /// `ev.dir or C2S`.
+    pub fn dir(&self) -> Dir {
+        self.ev.base.dir.unwrap_or(Dir::C2S)
+    }
+
+    /// `f"{ev.channel}"`.
+    pub fn channel_text(&self) -> String {
+        match self.ev.base.channel {
+            Some(n) => n.to_string(),
+            None => "None".to_owned(),
+        }
+    }
+
+    /// `ev.method or ""`.
+    pub fn method(&self) -> &str {
+        self.ev.method.as_deref().unwrap_or("")
+    }
+
+    pub fn arg(&self, name: &str) -> Option<&'e Value> {
+        get(self.args, name)
+    }
+
+    /// `bool(args.get(name))`.
+    pub fn flag(&self, name: &str) -> bool {
+        truthy(self.arg(name))
+    }
+
+    /// `args.get(name) or 0` of an unsigned number (delivery tags).
+    pub fn uint(&self, name: &str) -> u64 {
+        as_u64(self.arg(name))
+    }
+
+    /// `args.get(name) or 0` of an integer.
+    pub fn int(&self, name: &str) -> i64 {
+        as_int(self.arg(name)).unwrap_or(0)
+    }
+
+    /// `str(args.get(name) or "")`.
+    pub fn text(&self, name: &str) -> String {
+        or_empty(self.arg(name))
+    }
+
+    /// `str(args.get(name))` ("None" when absent).
+    pub fn str_of(&self, name: &str) -> String {
+        match self.arg(name) {
+            Some(v) => str_value(v),
+            None => "None".to_owned(),
+        }
+    }
+}
+
+/// Python's truthiness of an optional value.
+pub fn truthy(v: Option<&Value>) -> bool {
+    match v {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(Value::Int(i)) => *i != 0,
+        Some(Value::UInt(u)) | Some(Value::Timestamp(u)) => *u != 0,
+        Some(Value::Float(f)) => *f != 0.0,
+        Some(Value::Decimal { digits, .. }) => *digits != 0,
+        Some(Value::Str(s)) | Some(Value::Problem(s)) => !s.is_empty(),
+        Some(Value::Bytes(b)) => !b.is_empty(),
+        Some(Value::Table(t)) => !t.is_empty(),
+        Some(Value::Array(a)) => !a.is_empty(),
+    }
+}
+
+/// An integer value as Python's `int` sees it (bools are ints); None for other types.
+pub fn as_int(v: Option<&Value>) -> Option<i64> {
+    match v? {
+        Value::Int(i) => Some(*i),
+        Value::Bool(b) => Some(i64::from(*b)),
+        Value::UInt(u) | Value::Timestamp(u) => Some(i64::try_from(*u).unwrap_or(i64::MAX)),
+        _ => None,
+    }
+}
+
+/// A non-negative wire integer (delivery tags are longlong; 0 when absent or not a number).
+pub fn as_u64(v: Option<&Value>) -> u64 {
+    match v {
+        Some(Value::Int(i)) => u64::try_from(*i).unwrap_or(0),
+        Some(Value::UInt(u)) | Some(Value::Timestamp(u)) => *u,
+        Some(Value::Bool(b)) => u64::from(*b),
+        _ => 0,
+    }
+}
+
+/// `str(v or "")`.
+pub fn or_empty(v: Option<&Value>) -> String {
+    match v {
+        Some(x) if truthy(Some(x)) => str_value(x),
+        _ => String::new(),
+    }
+}
