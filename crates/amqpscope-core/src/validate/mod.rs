@@ -2,41 +2,59 @@
 //! out of it (`amqpscope.validate.tables`). The engine feeds each event it emits; the findings an
 //! event proves follow it.
 //!
-//! (Stub: the port of `amqpscope/validate/*.py` fills this in.)
+//! `checker` is validator.py's `_Checker`; `frames`, `pairing`, `asserts`, `grammar` and
+//! `catalogue` its helpers; `rules` (with `world`) the semantic rules.
 
+pub mod asserts;
 pub mod catalogue;
+pub mod checker;
+pub mod frames;
 pub mod grammar;
+pub mod pairing;
 pub mod pyrepr;
+pub mod rules;
 pub mod state;
+pub mod tables;
+pub mod world;
 
 use std::sync::Arc;
 
 use crate::event::Event;
 
-/// What the validator executes, parsed once per spec from the JSON Python writes.
-#[derive(Debug, Default)]
-pub struct ValidationTables {}
-
-impl ValidationTables {
-    pub fn from_json(_text: &str) -> Result<ValidationTables, String> {
-        Ok(ValidationTables {})
-    }
-}
+pub use tables::ValidationTables;
 
 /// The state of one capture (or live run): connections by id.
 pub struct Validator {
-    #[allow(dead_code)]
     tables: Arc<ValidationTables>,
+    checker: checker::Checker,
+    found: Vec<crate::event::Finding>,
 }
 
 impl Validator {
     pub fn new(tables: Arc<ValidationTables>) -> Validator {
-        Validator { tables }
+        Validator {
+            checker: checker::Checker::new(Arc::clone(&tables)),
+            tables,
+            found: Vec::new(),
+        }
     }
 
     /// The findings `ev` proves (and held ones it releases), appended to `out`.
-    pub fn feed(&mut self, _ev: &Event, _out: &mut Vec<Event>) {}
+    pub fn feed(&mut self, ev: &Event, out: &mut Vec<Event>) {
+        self.checker.feed(ev, &mut self.found);
+        self.drain(out);
+    }
 
     /// The findings of the capture's end (held findings released).
-    pub fn finish(&mut self, _out: &mut Vec<Event>) {}
+    pub fn finish(&mut self, out: &mut Vec<Event>) {
+        self.checker.finish(&mut self.found);
+        self.drain(out);
+    }
+
+    fn drain(&mut self, out: &mut Vec<Event>) {
+        for f in self.found.drain(..) {
+            // RabbitMQ's own answer where it differs from the spec's rule (rules_tables.RABBITMQ_CODES)
+            out.push(Event::Finding(Box::new(self.tables.rules.with_rabbitmq(f))));
+        }
+    }
 }

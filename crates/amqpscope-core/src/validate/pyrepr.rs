@@ -235,6 +235,32 @@ pub fn fixed1(x: f64) -> String {
     format!("{x:.1}")
 }
 
+/// Python truthiness (`if value:`): None, False, zero and empty are false.
+pub fn truthy(v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::Int(i) => *i != 0,
+        Value::UInt(u) | Value::Timestamp(u) => *u != 0,
+        Value::Float(f) => *f != 0.0,
+        Value::Decimal { digits, .. } => *digits != 0,
+        Value::Str(s) | Value::Problem(s) => !s.is_empty(),
+        Value::Bytes(b) => !b.is_empty(),
+        Value::Table(t) => !t.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+    }
+}
+
+/// An integer as Python's `isinstance(v, int)` sees it (bools and timestamps included).
+pub fn as_int(v: &Value) -> Option<i128> {
+    match v {
+        Value::Int(i) => Some(i128::from(*i)),
+        Value::UInt(u) | Value::Timestamp(u) => Some(i128::from(*u)),
+        Value::Bool(b) => Some(i128::from(*b)),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
