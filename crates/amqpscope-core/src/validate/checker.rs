@@ -18,7 +18,7 @@ use super::catalogue::{DEVIATION, INFO, VIOLATION, WARNING};
 use super::frames::{check_content, check_frame, malformed, method_text};
 use super::pyrepr::{as_int, fixed1, repr, repr_bytes, str_value, truthy};
 use super::rules::{deliveries, lifecycle, negotiation, suspects, Call};
-use super::state::{di, ChanState, ConnState, Held, FLAGGED_CAP};
+use super::state::{di, ChanState, ConnState, Held, FLAGGED_CAP, MAX_HELD};
 use super::tables::{MethodInfo, ValidationTables};
 use super::world::World;
 use crate::event::{Base, Connection, Dir, Event, Finding, Frame, ProtocolHeader};
@@ -857,8 +857,13 @@ fn emit(cs: &mut ConnState, new: Vec<Finding>, ev: Option<&Frame>, out: &mut Vec
             if let Some(d) = f.base.dir {
                 let reacts = f.code.is_some() && f.severity == VIOLATION;
                 if reacts || !stateless(&f.rule) {
+                    if cs.held.len() >= MAX_HELD {
+                        if let Some(oldest) = cs.held.pop_front() {
+                            out.push(release(oldest, "too many findings waited"));
+                        }
+                    }
                     let budget = if reacts { HOLD_FRAMES } else { 1 };
-                    cs.held.push(Held {
+                    cs.held.push_back(Held {
                         finding: f,
                         peer: d.other(),
                         budget,
@@ -877,7 +882,7 @@ fn react(cs: &mut ConnState, ev: &Frame, out: &mut Vec<Finding>) {
     let held = std::mem::take(&mut cs.held);
     for mut h in held {
         if ev.base.dir != Some(h.peer) {
-            cs.held.push(h);
+            cs.held.push_back(h);
             continue;
         }
         let f = &h.finding;
@@ -906,7 +911,7 @@ fn react(cs: &mut ConnState, ev: &Frame, out: &mut Vec<Finding>) {
         }
         h.budget = h.budget.saturating_sub(1);
         if h.budget > 0 {
-            cs.held.push(h);
+            cs.held.push_back(h);
         } else if h.reacts {
             let reaction = format!(
                 "no close from the {} within {HOLD_FRAMES} of its frames",
@@ -929,11 +934,16 @@ fn retract(cs: &mut ConnState, d: Dir) {
 
 fn release_all(cs: &mut ConnState, why: &str, out: &mut Vec<Finding>) {
     for h in std::mem::take(&mut cs.held) {
-        if h.reacts {
-            let reaction = format!("no close from the {} before {why}", who(h.peer));
-            out.push(with_reaction(&h.finding, reaction));
-        } else {
-            out.push(h.finding);
-        }
+        out.push(release(h, why));
+    }
+}
+
+/// A held finding given up on: with "no close … before {why}" when a close was expected.
+fn release(h: Held, why: &str) -> Finding {
+    if h.reacts {
+        let reaction = format!("no close from the {} before {why}", who(h.peer));
+        with_reaction(&h.finding, reaction)
+    } else {
+        h.finding
     }
 }

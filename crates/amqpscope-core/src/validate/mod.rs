@@ -17,6 +17,9 @@ pub mod state;
 pub mod tables;
 pub mod world;
 
+#[cfg(test)]
+mod tests;
+
 use std::sync::Arc;
 
 use crate::event::Event;

@@ -97,6 +97,9 @@ pub fn check(
             }
         }
     }
+    if fifo.len() >= super::state::MAX_PENDING {
+        fifo.pop_front();
+    }
     fifo.push_back(Pending {
         method: info.name.clone(),
         replies: replies.clone(),

@@ -131,6 +131,15 @@ pub struct Held {
 /// Python's `flagged` set is cleared when it grows past this (validator.py).
 pub const FLAGGED_CAP: usize = 65536;
 
+/// Outstanding requests kept per channel and direction. Python keeps them all; a peer that sends
+/// this many synchronous requests without a reply has long been reported (sync.pipelined), so the
+/// oldest is forgotten rather than let hostile input grow memory without bound.
+pub const MAX_PENDING: usize = 65536;
+
+/// Findings held per connection for the peer's reaction. Python holds them all; past this the
+/// oldest is released without waiting further (a peer that sends nothing while the other floods).
+pub const MAX_HELD: usize = 65536;
+
 #[derive(Debug, Clone, Default)]
 pub struct ConnState {
     /// Position in the connection grammar (None: the spec has no grammars).
@@ -183,7 +192,7 @@ pub struct ConnState {
     pub content_unsure: bool,
     /// (dir, channel) with a method since the gap.
     pub content_fresh: HashSet<(Dir, u16)>,
-    pub held: Vec<Held>,
+    pub held: VecDeque<Held>,
     /// Packets a violation was reported for (cleared past FLAGGED_CAP).
     pub flagged: HashSet<u64>,
 }

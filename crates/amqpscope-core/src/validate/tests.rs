@@ -1,0 +1,194 @@
+//! Unit tests of the checker on hand-written tables (the differential test against the Python
+//! validator, `tests/test_validate_native_parity.py`, runs the real spec's).
+
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::grammar::Run;
+use super::tables::ValidationTables;
+use super::Validator;
+use crate::event::{Base, Dir, Event, Frame, ProtocolHeader};
+use crate::value::{Table, Value};
+
+/// Rules tables with nothing in them (the shape `rules_tables(spec)` writes).
+fn rules() -> serde_json::Value {
+    json!({
+        "handlers": {"c2s": {}, "s2c": {}}, "not_implemented": [], "capabilities": {},
+        "soft_on_connection_close": [], "suspect_names": [], "reserved": {}, "standard_types": [],
+        "standard_exchanges": [], "known_types": {}, "max_suspects": 16, "queue_users": [],
+        "exclusive_names": [], "refusals": [], "reply_success": 200, "frame_min_size": 4096,
+        "error_constants": [], "method_ids": {}, "rabbitmq_codes": {}, "assert_codes": {},
+    })
+}
+
+/// A spec of one class "a": a.open (client), a.req → a.req-ok, on a channel grammar
+/// "a.open *(a.req a.req-ok)"; the connection grammar accepts only the protocol header.
+fn tables() -> ValidationTables {
+    let method = |senders: &[&str], replies: Option<&[&str]>| {
+        json!({"content": false, "fields": true, "senders": senders, "reserved": [["reserved_1", "reserved-1"]],
+               "nowait": "nowait", "replies": replies, "optional_from": [],
+               "asserts": [{"kind": "length", "field": "name", "label": "name", "rule": "a.req.name.assert-length",
+                            "severity": "violation", "code": 502, "limit": 3}]})
+    };
+    let doc = json!({
+        "version": "0-9-1",
+        "catalogue": {"frame.heartbeat-channel": 501, "sync.unexpected-reply": 503, "method.unknown": 503},
+        "frame_types": ["method", "header", "body", "heartbeat"],
+        "min_size": 4096,
+        "connection_class": 10,
+        "methods": {"a.open": method(&["c2s"], None), "a.req": method(&["c2s"], Some(&["a.req-ok"])),
+                    "a.req-ok": method(&["s2c"], None)},
+        "replies": ["a.req-ok"],
+        "grammars": {
+            "connection": {"main": {"delta": [[["c2s", "protocol-header", 1]], []], "final": [1], "regions": [[], []]},
+                           "regions": [], "expected": [["C:protocol-header"], []]},
+            "channel": {"main": {"delta": [[["c2s", "a.open", 1]], []], "final": [], "regions": [[], [0]]},
+                        "regions": [{"delta": [[["c2s", "a.req", 1]], [["s2c", "a.req-ok", 2]], []],
+                                     "final": [2], "regions": [[], [], []]}],
+                        "expected": [["C:a.open"], ["C:a.req"]]},
+        },
+        "close_state": {},
+        "rules": rules(),
+    });
+    ValidationTables::from_json(&doc.to_string()).expect("tables")
+}
+
+fn base(packet: u64, dir: Dir, channel: u16) -> Base {
+    Base {
+        packet,
+        ts_ns: packet as i64 * 1_000_000,
+        conn: 0,
+        dir: Some(dir),
+        channel: Some(channel),
+    }
+}
+
+fn method(packet: u64, dir: Dir, channel: u16, name: &str, args: Table) -> Event {
+    Event::Frame(Box::new(Frame {
+        base: base(packet, dir, channel),
+        ftype: "method".into(),
+        size: 12,
+        class_id: Some(60),
+        method_id: Some(10),
+        method: Some(name.into()),
+        args: Some(args),
+        body_size: None,
+        properties: None,
+        resync: false,
+        problem: None,
+        payload: None,
+    }))
+}
+
+fn run(events: &[Event]) -> Vec<super::super::event::Finding> {
+    let mut v = Validator::new(Arc::new(tables()));
+    let mut out = Vec::new();
+    for ev in events {
+        v.feed(ev, &mut out);
+    }
+    v.finish(&mut out);
+    out.into_iter()
+        .filter_map(|e| match e {
+            Event::Finding(f) => Some(*f),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn bad_tables_are_errors_not_panics() {
+    assert!(ValidationTables::from_json("not json").is_err());
+    assert!(ValidationTables::from_json("{}").is_err()); // no rules tables
+    let bad_state = json!({"rules": rules(), "grammars": {
+        "connection": {"main": {"delta": [[["c2s", "x", 7]]], "final": [], "regions": [[]]}, "regions": [], "expected": []},
+        "channel": {"main": {"delta": [[]], "final": [], "regions": [[]]}, "regions": [], "expected": []}}});
+    assert!(ValidationTables::from_json(&bad_state.to_string()).is_err());
+}
+
+#[test]
+fn regions_run_transactions_side_by_side() {
+    let t = tables();
+    let (_, auto) = t.grammars.as_ref().expect("grammars");
+    let term = |d, n: &str| (d, t.sym(n));
+    let mut r = Run::default();
+    assert!(!r.step(auto, term(Dir::C2S, "a.req"), false)); // before open
+    assert!(r.step(auto, term(Dir::C2S, "a.open"), false));
+    assert!(r.step(auto, term(Dir::C2S, "a.req"), false));
+    assert!(r.step(auto, term(Dir::C2S, "a.req"), false));
+    assert_eq!(r.flights.len(), 2);
+    assert!(r.step(auto, term(Dir::S2C, "a.req-ok"), false));
+    assert!(r.step(auto, term(Dir::S2C, "a.req-ok"), false));
+    assert!(!r.step(auto, term(Dir::S2C, "a.req-ok"), false)); // nothing outstanding
+    assert!(r.step(auto, term(Dir::C2S, "a.req"), true)); // no-wait: no transaction stays open
+    assert!(r.flights.is_empty());
+}
+
+#[test]
+fn findings_wait_for_the_peer_and_carry_its_reaction() {
+    let header = Event::ProtocolHeader(ProtocolHeader {
+        base: Base {
+            channel: None,
+            ..base(1, Dir::C2S, 0)
+        },
+        version: "0-9-1".into(),
+        raw: *b"AMQP\x00\x00\x09\x01",
+    });
+    let name: Table = vec![("name".into(), Value::Str("long".into()))];
+    let found = run(&[header.clone(), method(2, Dir::C2S, 1, "a.req", name)]);
+    // the assert (a code: held for the server's close until the capture ends), then channel 1
+    // used before the connection is open (held for the server's next frame)
+    let got: Vec<(&str, Option<&str>)> = found
+        .iter()
+        .map(|f| (f.rule.as_str(), f.peer_reaction.as_deref()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (
+                "a.req.name.assert-length",
+                Some("no close from the server before the capture ends")
+            ),
+            ("grammar.connection", None),
+        ]
+    );
+    assert_eq!(found[0].message, "a.req name is 4 octets long, more than 3");
+    let found = run(&[
+        header,
+        method(2, Dir::C2S, 3, "b.nothing", Table::new()),
+        Event::Frame(Box::new(Frame {
+            ftype: "heartbeat".into(),
+            size: 0,
+            class_id: None,
+            method_id: None,
+            method: None,
+            args: None,
+            ..frame_like(3, Dir::S2C, 2)
+        })),
+    ]);
+    let got: Vec<(&str, Option<&str>)> = found
+        .iter()
+        .map(|f| (f.rule.as_str(), f.peer_reaction.as_deref()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (
+                "method.unknown",
+                Some("no close from the server before the capture ends")
+            ),
+            (
+                "frame.heartbeat-channel",
+                Some("no close from the client before the capture ends")
+            ),
+        ]
+    );
+    assert_eq!(found[0].message, "method 60/10 is not defined by the spec");
+}
+
+fn frame_like(packet: u64, dir: Dir, channel: u16) -> Frame {
+    match method(packet, dir, channel, "x", Table::new()) {
+        Event::Frame(f) => *f,
+        _ => unreachable!(),
+    }
+}
