@@ -176,6 +176,22 @@ def _reserved_names(spec: Spec) -> dict[str, list[str]]:
     return out
 
 
+def _round_trips(spec: Spec) -> dict[str, str]:
+    """reply -> request of the connection class's requests but close (start, secure, tune, open,
+    update-secret): how fast a peer answers them bounds how long a connection.close takes to reach
+    it and its frames to come back (frames after connection.close, lifecycle.rs CloseWatch)."""
+    out: dict[str, str] = {}
+    for c in spec.classes:
+        if c.name != "connection":
+            continue
+        for m in c.methods:
+            if m.name == "close":
+                continue
+            for r in m.responses:
+                out[f"{c.name}.{r}"] = m.full_name
+    return out
+
+
 def rules_tables(spec: Spec) -> dict[str, Any]:
     """Everything the core's rules execute for ``spec``, JSON-ready."""
     rabbit = {}
@@ -209,5 +225,6 @@ def rules_tables(spec: Spec) -> dict[str, Any]:
         "method_ids": {m.full_name: [m.class_index, m.index] for m in spec.methods()},
         "rabbitmq_codes": rabbit,
         "assert_codes": assert_codes(spec),
+        "round_trips": _round_trips(spec),
         "spec_version": spec.version,
     }

@@ -132,6 +132,10 @@ pub struct RulesTables {
     pub rabbitmq_codes: HashMap<String, i64>,
     /// Assert finding id -> (the spec rule it restates, that rule's code).
     pub assert_codes: HashMap<String, (String, i64)>,
+    /// The connection class's requests (close aside) and their replies: round trips that bound
+    /// how long a connection.close takes to reach the other peer (`lifecycle::CloseWatch`).
+    pub round_trip_requests: HashSet<String>,
+    pub round_trip_replies: HashSet<String>,
 }
 
 fn obj<'j>(j: &'j Json, key: &str) -> Result<&'j serde_json::Map<String, Json>, String> {
@@ -257,6 +261,14 @@ impl RulesTables {
         for (k, v) in obj(j, "assert_codes")? {
             t.assert_codes
                 .insert(k.clone(), (text(v, "rule")?, int(v, "code")?));
+        }
+        if let Some(trips) = j.get("round_trips").and_then(Json::as_object) {
+            for (reply, request) in trips {
+                t.round_trip_replies.insert(reply.clone());
+                if let Some(r) = request.as_str() {
+                    t.round_trip_requests.insert(r.to_owned());
+                }
+            }
         }
         Ok(t)
     }

@@ -1,17 +1,22 @@
 //! Open, close and close discipline of connections and channels (rules `stability` of
 //! connection.close and channel.close, channel.open `state`; checklist §1.3 item 4).
 
-use crate::event::{Finding, Frame};
+use crate::event::{Dir, Finding, Frame, ProtocolHeader};
 
-use super::super::catalogue::{Catalogue, VIOLATION};
-use super::super::state::{ChanState, ConnState};
+use super::super::catalogue::{Catalogue, VIOLATION, WARNING};
+use super::super::pyrepr::repr_bytes;
+use super::super::state::{di, ChanState, ConnState};
 use super::Verdict;
 
-// TODO(checker): need field `pub close_watch: super::rules::lifecycle::CloseWatch` in ConnState
-// (state.rs; Default) for issue #16's frames after connection.close. I add it myself (append-only)
-// at 20:58 UTC if it is not there by then.
-
 /// Close discipline of the connection.
+///
+/// After one peer's connection.close the other may send only close or close-ok (the connection
+/// grammar's `S:CLOSE C:CLOSE-OK`, and the closer discards the rest: rule `stability`). Frames of
+/// the other peer that were in flight when the close was sent are legal, and the capture cannot
+/// show when the close reached that peer, so `rules.py` let every one of them pass: a client that
+/// went on publishing or declaring after the server's close was never reported. Here a frame of the
+/// other peer is reported (once per close) when the capture proves it was sent after the close
+/// arrived (`CloseWatch::evidence`).
 pub fn connection_close(
     cat: &Catalogue,
     cs: &mut ConnState,
@@ -23,19 +28,45 @@ pub fn connection_close(
     let Some(closer) = cs.closing else {
         if name == "connection.close" {
             cs.closing = d;
+            if let Some(d) = d {
+                let busy = cs.content.keys().any(|k| k.0 == d.other());
+                cs.close_watch.closed_at(ev.base.ts_ns, busy);
+            }
         }
         return Verdict::Go;
     };
     if d != Some(closer) {
-        if name == "connection.close-ok" || name == "connection.close" {
-            if name == "connection.close-ok" {
-                cs.closed = true;
-                return Verdict::Go;
-            }
+        if name == "connection.close-ok" {
+            cs.closed = true;
+            cs.close_watch.close_ok = ev.base.packet;
+            return Verdict::Go;
+        }
+        if name == "connection.close" || ev.ftype != "method" {
             return Verdict::Skip;
         }
-        // in flight when the close was sent: the closer discards it, legal
-        return Verdict::Skip;
+        let busy = cs.content.keys().any(|k| k.0 == closer.other());
+        let Some(why) = cs.close_watch.evidence(ev.base.ts_ns, busy, closer.other()) else {
+            // in flight when the close was sent (as far as the capture shows): the closer
+            // discards it, legal
+            return Verdict::Skip;
+        };
+        let (who, peer) = match closer {
+            Dir::S2C => ("client", "server"),
+            Dir::C2S => ("server", "client"),
+        };
+        out.push(cat.finding_with(
+            &ev.base,
+            "connection.close.stability",
+            VIOLATION,
+            format!(
+                "{name} sent by the {who} after the {peer}'s connection.close (packet {}) had \
+                 reached it ({why}); only close-ok may follow",
+                cs.close_packet
+            ),
+            &[cs.close_packet, ev.base.packet],
+            cat.code("connection.close.stability"),
+        ));
+        return Verdict::Claimed;
     }
     if name == "connection.close-ok" {
         return Verdict::Skip; // answering a crossing close
@@ -50,6 +81,109 @@ pub fn connection_close(
         return Verdict::Claimed;
     }
     Verdict::Skip
+}
+
+/// Silence of the other peer after a connection.close that proves its next method was written
+/// after the close reached it, at the least (a retransmission timeout is 200 ms to 1 s; a stall of
+/// its queued data that long is not counted as silence).
+const MIN_SILENCE_NS: i64 = 1_000_000_000;
+
+/// What tells the other peer's frames in flight from those it sent after a connection.close
+/// reached it (issue #16).
+///
+/// The capture point sees the close at `close_ns`. A frame the other peer sent before the close
+/// reached it arrives at the capture point at most one round trip (capture point → that peer →
+/// capture point) after `close_ns`, plus however long it waited in that peer's send queue. The
+/// round trip is bounded by `answer_ns`: how fast that peer answered the closer's handshake
+/// requests (start → start-ok, tune → tune-ok, open → open-ok), as seen at the same capture point.
+/// The queue is known to be empty when that peer was silent for a while with no content in
+/// progress (a peer with queued frames sends them as fast as the closer reads, and RabbitMQ reads
+/// on while closing). So a method of the other peer is proven sent after the close arrived when:
+///
+/// * that peer answered the close with close-ok before it (it had read the close), or
+/// * it comes more than `2 × answer` (at least `MIN_SILENCE_NS`) after the close, and that peer
+///   was silent that long just before it with no content in progress (since its previous method,
+///   or since the close).
+///
+/// The report is once per close: everything the peer sends later was sent later still.
+#[derive(Debug, Clone, Default)]
+pub struct CloseWatch {
+    /// Per direction (`di`): time of its last handshake request.
+    asked_ns: [Option<i64>; 2],
+    /// Per direction: its fastest answer to a handshake request of the other peer.
+    answer_ns: [Option<i64>; 2],
+    /// Time of the connection.close, 0 before one.
+    close_ns: i64,
+    /// The other peer's previous method since the close (or the close): its time, and whether
+    /// that peer had content in progress then.
+    prev_ns: i64,
+    prev_busy: bool,
+    /// Packet of the other peer's close-ok (0: none yet).
+    pub close_ok: u64,
+    reported: bool,
+}
+
+impl CloseWatch {
+    /// A handshake request sent by `d` at `ts_ns`.
+    pub fn asked(&mut self, d: Dir, ts_ns: i64) {
+        self.asked_ns[di(d)] = Some(ts_ns);
+    }
+
+    /// `d` answered the other peer's last handshake request at `ts_ns`.
+    pub fn answered(&mut self, d: Dir, ts_ns: i64) {
+        if let Some(asked) = self.asked_ns[di(d.other())].take() {
+            let took = ts_ns.saturating_sub(asked).max(0);
+            let best = &mut self.answer_ns[di(d)];
+            *best = Some(best.map_or(took, |b| b.min(took)));
+        }
+    }
+
+    fn closed_at(&mut self, ts_ns: i64, other_busy: bool) {
+        self.close_ns = ts_ns;
+        self.prev_ns = ts_ns;
+        self.prev_busy = other_busy;
+    }
+
+    /// Why a method of `d` (not the closer) at `ts_ns` was sent after the close reached it, or
+    /// None when it may have been in flight. `busy`: `d` has content in progress now (this
+    /// method's own included).
+    fn evidence(&mut self, ts_ns: i64, busy: bool, d: Dir) -> Option<String> {
+        let (prev, prev_busy) = (self.prev_ns, self.prev_busy);
+        self.prev_ns = ts_ns;
+        self.prev_busy = busy;
+        if self.reported {
+            return None;
+        }
+        let why = if self.close_ok != 0 {
+            format!(
+                "it had answered it with close-ok at packet {}",
+                self.close_ok
+            )
+        } else {
+            let answer = self.answer_ns[di(d)]?;
+            let wait = answer.saturating_mul(2).max(MIN_SILENCE_NS);
+            let since_close = ts_ns.saturating_sub(self.close_ns);
+            let silence = ts_ns.saturating_sub(prev);
+            if prev_busy || since_close <= wait || silence <= wait {
+                return None;
+            }
+            format!(
+                "sent {} s after it, after {} s of silence; it answers the other peer's requests \
+                 within {} s",
+                secs(since_close),
+                secs(silence),
+                secs(answer)
+            )
+        };
+        self.reported = true;
+        Some(why)
+    }
+}
+
+/// Nanoseconds as seconds with three decimals.
+fn secs(ns: i64) -> String {
+    let ms = ns / 1_000_000;
+    format!("{}.{:03}", ms / 1000, (ms % 1000).abs())
 }
 
 /// channel.open state, use before open/after close, channel close discipline.
@@ -134,4 +268,36 @@ fn closed(ch: &mut ChanState) {
     *ch = ChanState::new(run);
     ch.crossing = crossing;
     ch.closing = if crossing > 0 { closing } else { None };
+}
+
+/// The server's protocol header answering the client's (`validator.py` `_header`, server side):
+/// the server cannot serve the version the client asked for, and by the spec's connection.start
+/// rule "protocol-name" it answers with a valid protocol header of its own and then closes the
+/// socket. The server is right, but the connection has failed: `rules.py`'s info hid that a client
+/// (an AMQP 1.0 or 0-10 one, 'AMQP' 1 1 0 10, against a 0-9-1 broker) never got connected (issue
+/// #16). A warning that names the cause. An invalid header from the server stays a violation.
+/// `asked`: the version of the client's header, if one was seen.
+pub fn header_reply(cat: &Catalogue, asked: Option<&str>, ev: &ProtocolHeader) -> Finding {
+    if ev.version.starts_with("unknown") {
+        return cat.finding(
+            &ev.base,
+            "protocol.header-reply",
+            VIOLATION,
+            format!(
+                "the server answers with an invalid protocol header {}",
+                repr_bytes(&ev.raw)
+            ),
+        );
+    }
+    let asked = asked.filter(|h| !h.is_empty()).unwrap_or("?");
+    cat.finding(
+        &ev.base,
+        "protocol.header-reply",
+        WARNING,
+        format!(
+            "connection failed: the server does not speak AMQP {asked}, which the client asked \
+             for; it answers with its own protocol header (AMQP {}) and closes the connection",
+            ev.version
+        ),
+    )
 }

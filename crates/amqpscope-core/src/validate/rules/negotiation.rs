@@ -45,6 +45,14 @@ pub fn negotiation(
     args: &Table,
     out: &mut Vec<Finding>,
 ) {
+    if let Some(d) = ev.base.dir {
+        // how fast each peer answers the other's requests (frames after connection.close)
+        if t.round_trip_requests.contains(name) {
+            cs.close_watch.asked(d, ev.base.ts_ns);
+        } else if t.round_trip_replies.contains(name) {
+            cs.close_watch.answered(d, ev.base.ts_ns);
+        }
+    }
     match name {
         "connection.start" => {
             cs.mechanisms = Some(words(get(args, "mechanisms")));
