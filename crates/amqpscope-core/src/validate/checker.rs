@@ -457,9 +457,9 @@ impl Checker {
             reserved(&t, ev, name, info, args, out);
         }
         if n == 0 {
-            self.connection_method(ev, name, args, complete, out);
+            self.connection_method(ev, info, args, complete, out);
         } else {
-            self.channel_method(ev, name, args, complete, out);
+            self.channel_method(ev, info, args, complete, out);
         }
     }
 
@@ -468,12 +468,13 @@ impl Checker {
     fn connection_method(
         &mut self,
         ev: &Frame,
-        name: &str,
+        info: &MethodInfo,
         args: &Table,
         complete: bool,
         out: &mut Vec<Finding>,
     ) {
         let t = Arc::clone(&self.t);
+        let name = &*info.name;
         let b = &ev.base;
         let cs = self.conn(b.conn);
         let before = out.len();
@@ -511,7 +512,7 @@ impl Checker {
             return;
         };
         let d = b.dir.unwrap_or(Dir::C2S);
-        if run.step(auto, (d, t.sym(name)), false) {
+        if run.step(auto, (d, info.sym), false) {
             return;
         }
         let close_state = b.dir.and_then(|d| t.close_state[di(d)]);
@@ -546,12 +547,13 @@ impl Checker {
     fn channel_method(
         &mut self,
         ev: &Frame,
-        name: &str,
+        info: &MethodInfo,
         args: &Table,
         complete: bool,
         out: &mut Vec<Finding>,
     ) {
         let t = Arc::clone(&self.t);
+        let name = &*info.name;
         let b = &ev.base;
         let n = b.channel.unwrap_or(0);
         let before = out.len();
@@ -568,7 +570,7 @@ impl Checker {
             return;
         }
         cs.chan(n);
-        let nowait = t.nowait(name, Some(args));
+        let nowait = info.nowait(Some(args));
         let Some(idx) = cs.chan_index.get(&n).copied() else {
             return;
         };
@@ -577,17 +579,19 @@ impl Checker {
             // a channel whose history the capture does not show: learn, do not judge
             let synced = !cs.lost[0] && !cs.lost[1] && cs.in_order;
             if let Some(slot) = cs.chans.get_mut(idx) {
-                unsure_channel(&t, synced, &mut slot.1, ev, name);
+                unsure_channel(&t, info, synced, &mut slot.1, ev);
             }
             return;
         }
         let call = Call::new(ev, name, args, nowait);
-        self.sure_channel(&t, &call, complete, before, idx, out);
+        self.sure_channel(&t, info, &call, complete, before, idx, out);
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn sure_channel(
         &mut self,
         t: &ValidationTables,
+        info: &MethodInfo,
         c: &Call<'_>,
         complete: bool,
         before: usize,
@@ -622,8 +626,8 @@ impl Checker {
         let Some((_, ch)) = cs.chans.get_mut(idx) else {
             return;
         };
-        let mut claimed = if t.synchronous(name) {
-            super::pairing::check(t, ch, ev, name, out)
+        let mut claimed = if info.synchronous() {
+            super::pairing::check(t, info, ch, ev, name, out)
         } else {
             false
         };
@@ -631,9 +635,9 @@ impl Checker {
             let d = b.dir.unwrap_or(Dir::C2S);
             // a reply pairing matched to its request: if the grammar rejects it, it rejected (and
             // reported) the request already
-            let paired = !claimed && t.replies.contains(name);
+            let paired = !claimed && info.is_reply;
             let state = run.state;
-            if !run.step(auto, (d, t.sym(name)), c.nowait) && out.len() == before && !paired {
+            if !run.step(auto, (d, info.sym), c.nowait) && out.len() == before && !paired {
                 let msg = format!(
                     "{} on channel {n} where the channel grammar expects {}",
                     term_text(d, name),
@@ -814,7 +818,14 @@ fn reserved(
 
 /// A channel whose history the capture does not show (`synced`: both directions are in sync and
 /// in order, so its history from here on is complete).
-fn unsure_channel(t: &ValidationTables, synced: bool, ch: &mut ChanState, ev: &Frame, name: &str) {
+fn unsure_channel(
+    t: &ValidationTables,
+    info: &MethodInfo,
+    synced: bool,
+    ch: &mut ChanState,
+    ev: &Frame,
+) {
+    let name = &*info.name;
     if !synced || (name != "channel.open" && name != "channel.close-ok") {
         return;
     }
@@ -826,9 +837,9 @@ fn unsure_channel(t: &ValidationTables, synced: bool, ch: &mut ChanState, ev: &F
     if name == "channel.open" {
         lifecycle::channel_lifecycle(&t.cat, ch, ev, name, &mut Vec::new());
         if let (Some(run), Some((_, auto))) = (ch.run.as_mut(), t.grammars.as_ref()) {
-            run.step(auto, (ev.base.dir.unwrap_or(Dir::C2S), t.sym(name)), false);
+            run.step(auto, (ev.base.dir.unwrap_or(Dir::C2S), info.sym), false);
         }
-        super::pairing::check(t, ch, ev, name, &mut Vec::new());
+        super::pairing::check(t, info, ch, ev, name, &mut Vec::new());
     }
 }
 

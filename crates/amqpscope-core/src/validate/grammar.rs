@@ -2,8 +2,7 @@
 //! `Run.step`). A grammar is a sequential main DFA plus "regions": top-level repetitions whose
 //! body runs as concurrent transactions, because the exchanges of one channel overlap on the wire.
 
-use std::collections::HashMap;
-
+use super::fxhash::FxHashMap;
 use crate::event::Dir;
 
 /// A terminal: a method name (interned, see `ValidationTables::sym`) sent in one direction.
@@ -15,7 +14,7 @@ pub const MAX_IN_FLIGHT: usize = 64;
 /// One DFA: `delta[state]` maps a terminal to the next state.
 #[derive(Debug, Default)]
 pub struct Dfa {
-    pub delta: Vec<HashMap<Term, u32>>,
+    pub delta: Vec<FxHashMap<Term, u32>>,
     /// The state is final and has no way out: the transaction (or the channel's life) is over.
     pub dead: Vec<bool>,
     /// Region indexes active in each state, in the order Python iterates them.

@@ -9,6 +9,7 @@ pub mod asserts;
 pub mod catalogue;
 pub mod checker;
 pub mod frames;
+pub mod fxhash;
 pub mod grammar;
 pub mod pairing;
 pub mod pyrepr;

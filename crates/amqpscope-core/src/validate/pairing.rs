@@ -3,12 +3,13 @@
 
 use super::catalogue::{VIOLATION, WARNING};
 use super::state::{ChanState, Pending};
-use super::tables::ValidationTables;
+use super::tables::{MethodInfo, ValidationTables};
 use crate::event::{Dir, Finding, Frame};
 
 /// Pair replies with requests; true when a finding claimed the frame.
 pub fn check(
     t: &ValidationTables,
+    info: &MethodInfo,
     ch: &mut ChanState,
     ev: &Frame,
     name: &str,
@@ -17,7 +18,7 @@ pub fn check(
     let d = ev.base.dir.unwrap_or(Dir::C2S);
     let b = &ev.base;
     let mut claimed = false;
-    if t.replies.contains(name) {
+    if info.is_reply {
         let fifo = ch.pending_mut(d.other());
         // an optional reply that never came (server-sent cancel)
         while fifo
@@ -63,13 +64,10 @@ pub fn check(
             }
         }
     }
-    let Some(info) = t.methods.get(name) else {
-        return claimed;
-    };
     let Some(replies) = &info.replies else {
         return claimed;
     };
-    if t.nowait(name, ev.args.as_ref()) {
+    if info.nowait(ev.args.as_ref()) {
         return claimed;
     }
     let optional = info.optional_from[super::state::di(d)];

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use crate::event::{Dir, Finding};
 use crate::value::{Table, Value};
 
+use super::fxhash::{FxHashMap, FxHashSet};
 use super::grammar::Run;
 
 /// Index of a direction in the two-slot arrays below.
@@ -183,15 +184,17 @@ pub struct ConnState {
     pub closing: Option<Dir>,
     pub close_packet: u64,
     pub closed: bool,
+    /// What tells whether the closer's frames after its close were sent before it (rules.rs).
+    pub close_watch: super::rules::lifecycle::CloseWatch,
     /// Channels in order of first appearance (`chan_index` finds them).
     pub chans: Vec<(u16, ChanState)>,
-    pub chan_index: HashMap<u16, usize>,
+    pub chan_index: FxHashMap<u16, usize>,
     /// (dir, channel) -> content in progress.
-    pub content: HashMap<(Dir, u16), Content>,
+    pub content: FxHashMap<(Dir, u16), Content>,
     /// A gap lost content state: stray header/body frames are not flagged.
     pub content_unsure: bool,
     /// (dir, channel) with a method since the gap.
-    pub content_fresh: HashSet<(Dir, u16)>,
+    pub content_fresh: FxHashSet<(Dir, u16)>,
     pub held: VecDeque<Held>,
     /// Packets a violation was reported for (cleared past FLAGGED_CAP).
     pub flagged: HashSet<u64>,

@@ -1,13 +1,14 @@
 //! The tables the validator executes, parsed from the JSON `amqpscope.validate.tables` writes
 //! (its docstring has the layout). Everything spec-derived is here; nothing is looked up in Python.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use serde_json::Value as J;
 
 use super::asserts::{Assert, AssertKind, Atom};
 use super::catalogue::{severity, Catalogue};
+use super::fxhash::{FxHashMap, FxHashSet};
 use super::grammar::{Automaton, Dfa};
 use super::rules::RulesTables;
 use crate::event::Dir;
@@ -28,7 +29,26 @@ pub struct MethodInfo {
     pub replies: Option<Arc<[Arc<str>]>>,
     /// Directions from which the request may go unanswered (server-sent basic.cancel).
     pub optional_from: [bool; 2],
+    /// Its terminal in the automata (`NO_SYM`: no grammar names it).
+    pub sym: u32,
+    /// It answers a request.
+    pub is_reply: bool,
     pub asserts: Vec<Assert>,
+}
+
+impl MethodInfo {
+    /// A request or a reply: pairing looks at it.
+    pub fn synchronous(&self) -> bool {
+        self.is_reply || self.replies.is_some()
+    }
+
+    /// Its no-wait bit is set in `args` (pairing.py `nowait`).
+    pub fn nowait(&self, args: Option<&crate::value::Table>) -> bool {
+        let (Some(key), Some(args)) = (&self.nowait, args) else {
+            return false;
+        };
+        crate::value::get(args, key).is_some_and(super::pyrepr::truthy)
+    }
 }
 
 /// What the validator executes, parsed once per spec.
@@ -36,12 +56,12 @@ pub struct MethodInfo {
 pub struct ValidationTables {
     pub version: String,
     pub cat: Catalogue,
-    pub frame_types: HashSet<String>,
+    pub frame_types: FxHashSet<String>,
     pub min_size: i64,
     pub connection_class: i64,
-    pub methods: HashMap<String, MethodInfo>,
+    pub methods: FxHashMap<String, MethodInfo>,
     /// Every method that answers a request.
-    pub replies: HashSet<String>,
+    pub replies: FxHashSet<String>,
     /// (connection, channel) automata; None for a spec without grammars.
     pub grammars: Option<(Automaton, Automaton)>,
     /// Per direction: the connection DFA's state after a connection.close from that side.
@@ -49,7 +69,7 @@ pub struct ValidationTables {
     /// The rules' own tables (`rules_tables(spec)`, key "rules").
     pub rules: RulesTables,
     /// Terminal names (methods, "protocol-header") interned for the automata.
-    pub syms: HashMap<String, u32>,
+    pub syms: FxHashMap<String, u32>,
 }
 
 /// The symbol of a name no grammar mentions: no transition matches it.
@@ -79,6 +99,10 @@ impl ValidationTables {
             let chan = automaton(&g["channel"], &mut t.syms)?;
             t.grammars = Some((conn, chan));
         }
+        for (name, m) in t.methods.iter_mut() {
+            m.sym = t.syms.get(name).copied().unwrap_or(NO_SYM);
+            m.is_reply = t.replies.contains(name);
+        }
         for (d, st) in obj(&doc["close_state"]) {
             if let (Some(d), Some(st)) = (dir(d), st.as_u64()) {
                 t.close_state[super::state::di(d)] = Some(st as u32);
@@ -99,11 +123,7 @@ impl ValidationTables {
 
     /// The method's no-wait bit is set in `args` (pairing.py `nowait`).
     pub fn nowait(&self, name: &str, args: Option<&crate::value::Table>) -> bool {
-        let (Some(m), Some(args)) = (self.methods.get(name), args) else {
-            return false;
-        };
-        let Some(key) = &m.nowait else { return false };
-        crate::value::get(args, key).is_some_and(super::pyrepr::truthy)
+        self.methods.get(name).is_some_and(|m| m.nowait(args))
     }
 }
 
@@ -161,6 +181,8 @@ fn method(name: &str, m: &J) -> Result<MethodInfo, String> {
         replies,
         optional_from: dirs(&m["optional_from"]),
         asserts,
+        sym: NO_SYM,
+        is_reply: false,
     })
 }
 
@@ -210,11 +232,11 @@ fn assert(a: &J) -> Result<Assert, String> {
     })
 }
 
-fn dfa(v: &J, syms: &mut HashMap<String, u32>) -> Result<Dfa, String> {
+fn dfa(v: &J, syms: &mut FxHashMap<String, u32>) -> Result<Dfa, String> {
     let mut out = Dfa::default();
     let finals: HashSet<u64> = arr(&v["final"]).iter().filter_map(J::as_u64).collect();
     for (i, row) in arr(&v["delta"]).iter().enumerate() {
-        let mut map = HashMap::new();
+        let mut map = FxHashMap::default();
         for t in arr(row) {
             let d = t[0]
                 .as_str()
@@ -250,7 +272,7 @@ fn dfa(v: &J, syms: &mut HashMap<String, u32>) -> Result<Dfa, String> {
     Ok(out)
 }
 
-fn automaton(v: &J, syms: &mut HashMap<String, u32>) -> Result<Automaton, String> {
+fn automaton(v: &J, syms: &mut FxHashMap<String, u32>) -> Result<Automaton, String> {
     let main = dfa(&v["main"], syms)?;
     let mut regions = Vec::new();
     for r in arr(&v["regions"]) {
