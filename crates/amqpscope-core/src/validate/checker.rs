@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use super::catalogue::{DEVIATION, INFO, VIOLATION, WARNING};
 use super::frames::{check_content, check_frame, malformed, method_text};
-use super::pyrepr::{as_int, fixed1, repr, repr_bytes, str_value, truthy};
+use super::pyrepr::{as_int, fixed1, repr, str_value, truthy};
 use super::rules::{deliveries, lifecycle, negotiation, suspects, Call};
 use super::state::{di, ChanState, ConnState, Held, FLAGGED_CAP, MAX_HELD};
 use super::tables::{MethodInfo, ValidationTables};
@@ -293,29 +293,9 @@ impl Checker {
             step_conn(&t, cs, b, Dir::C2S, "protocol-header", out);
         } else {
             // the server answers a protocol header it cannot serve with its own, then closes
+            // (issue #16: a failed connection, a warning; rules.rs words it)
             cs.rejected = b.packet;
-            let (sev, msg) = if ev.version.starts_with("unknown") {
-                (
-                    VIOLATION,
-                    format!(
-                        "the server answers with an invalid protocol header {}",
-                        repr_bytes(&ev.raw)
-                    ),
-                )
-            } else {
-                (
-                    INFO,
-                    format!(
-                        "the server refuses AMQP {} and offers AMQP {}",
-                        cs.header
-                            .as_deref()
-                            .filter(|h| !h.is_empty())
-                            .unwrap_or("?"),
-                        ev.version
-                    ),
-                )
-            };
-            out.push(t.cat.finding(b, "protocol.header-reply", sev, msg));
+            out.push(lifecycle::header_reply(&t.cat, cs.header.as_deref(), ev));
         }
     }
 
