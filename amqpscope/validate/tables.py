@@ -27,9 +27,7 @@ from typing import Any
 from amqpscope.dissect.spec import Assert, Field, Method, Spec
 
 from .findings import DEVIATION, VIOLATION, WARNING, Catalogue
-from .frames import frame_types
 from .grammar import Automaton, Dfa, GrammarError, compile_grammars
-from .pairing import Pairing
 
 try:
     from re import _parser as sre_parse  # type: ignore[attr-defined]
@@ -37,10 +35,15 @@ except ImportError:  # pragma: no cover - Python < 3.11
     import sre_parse  # type: ignore[no-redef]
 
 
+# Self-contained apart from findings.py (the catalogue), grammar.py (the grammar compiler) and
+# rules_tables.py: the Python validator's runtime modules (validator, state, frames, pairing,
+# asserts, rules) can go without touching this one.
+
+
 def validation_tables(spec: Spec) -> str:
     """The JSON document the core's ``ValidationTables::from_json`` reads."""
     cat = Catalogue(spec)
-    pairing = Pairing(spec)
+    pairing = _Pairing(spec)
     doc: dict[str, Any] = {
         "version": spec.version,
         "catalogue": {rid: info.code for rid, info in cat.rules.items()},
@@ -82,10 +85,53 @@ def _rules(spec: Spec) -> Any:
     return rules_tables(spec)
 
 
+# --- frame types (frames.py) ------------------------------------------------------------------------
+
+# frame type names the session uses for each spec constant (0-9's out-of-band frames included)
+_TYPE_NAMES = {"frame-method": "method", "frame-header": "header", "frame-body": "body",
+               "frame-heartbeat": "heartbeat", "frame-oob-method": "oob-method",
+               "frame-oob-header": "oob-header", "frame-oob-body": "oob-body", "frame-trace": "trace"}  # fmt: skip
+
+
+def frame_types(spec: Spec) -> frozenset[str]:
+    """The frame types the spec defines, from its ``frame-*`` constants."""
+    return frozenset(_TYPE_NAMES[n] for n in spec.constants if n in _TYPE_NAMES) or frozenset(
+        ("method", "header", "body", "heartbeat")
+    )
+
+
+# --- pairing and chassis (pairing.py) ----------------------------------------------------------------
+
+# Fix-ups the XML gets wrong (checklist §4): update-secret travels C→S and its -ok S→C although the
+# extended XML's chassis say the opposite; basic.recover has no <response> (errata §28).
+DIRECTION_FIXUPS = {"connection.update-secret": frozenset({"c2s"}), "connection.update-secret-ok": frozenset({"s2c"})}
+RESPONSE_FIXUPS = {"basic.recover": ("recover-ok",)}
+
+
+class _Pairing:
+    """Who may send each method (chassis), the replies of each synchronous request, no-wait fields."""
+
+    def __init__(self, spec: Spec) -> None:
+        self.senders: dict[str, frozenset[str]] = {}
+        self.requests: dict[str, frozenset[str]] = {}
+        self.no_wait: dict[str, str] = {}  # method -> its no-wait argument name
+        for m in spec.methods():
+            name = m.full_name
+            dirs = frozenset("c2s" if who == "client" else "s2c" for who in m.sent_by())
+            self.senders[name] = DIRECTION_FIXUPS.get(name, dirs)
+            responses = m.responses or RESPONSE_FIXUPS.get(name, ())
+            if responses:
+                self.requests[name] = frozenset(f"{m.class_name}.{r}" for r in responses)
+            for f in m.fields:
+                if f.ident in ("no_wait", "nowait"):
+                    self.no_wait[name] = f.ident
+        self.replies = frozenset(r for rs in self.requests.values() for r in rs)
+
+
 # --- methods: content, chassis, pairing, reserved fields ---------------------------------------------
 
 
-def _method(spec: Spec, m: Method, pairing: Pairing) -> dict[str, Any]:
+def _method(spec: Spec, m: Method, pairing: _Pairing) -> dict[str, Any]:
     name = m.full_name
     replies = pairing.requests.get(name)
     return {

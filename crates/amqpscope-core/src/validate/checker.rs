@@ -11,11 +11,12 @@
 //! reacted (a close with that code, another code, or none); a finding about the connection's state
 //! waits for the peer's next frame, since a gap declared then may withdraw it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::catalogue::{DEVIATION, INFO, VIOLATION, WARNING};
 use super::frames::{check_content, check_frame, malformed, method_text};
+use super::fxhash::FxHashMap;
 use super::pyrepr::{as_int, fixed1, repr, str_value, truthy};
 use super::rules::{deliveries, lifecycle, negotiation, suspects, Call};
 use super::state::{di, ChanState, ConnState, Held, FLAGGED_CAP, MAX_HELD};
@@ -97,7 +98,7 @@ fn with_reaction(f: &Finding, reaction: String) -> Finding {
 /// The state of one capture (or live run): connections in order of first appearance.
 pub struct Checker {
     t: Arc<ValidationTables>,
-    conns: HashMap<i64, (u64, ConnState)>,
+    conns: FxHashMap<i64, (u64, ConnState)>,
     order: BTreeMap<u64, i64>,
     seq: u64,
     world: World,
@@ -108,7 +109,7 @@ impl Checker {
         let world = World::new(&t.rules.known_types);
         Checker {
             t,
-            conns: HashMap::new(),
+            conns: FxHashMap::default(),
             order: BTreeMap::new(),
             seq: 0,
             world,
