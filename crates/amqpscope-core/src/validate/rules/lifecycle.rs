@@ -290,14 +290,17 @@ pub fn header_reply(cat: &Catalogue, asked: Option<&str>, ev: &ProtocolHeader) -
         );
     }
     let asked = asked.filter(|h| !h.is_empty()).unwrap_or("?");
-    cat.finding(
-        &ev.base,
-        "protocol.header-reply",
-        WARNING,
+    let message = if asked == ev.version {
         format!(
-            "connection failed: the server does not speak AMQP {asked}, which the client asked \
-             for; it answers with its own protocol header (AMQP {}) and closes the connection",
+            "connection failed: the server refuses the client's protocol header (AMQP {asked}), \
+             answers with its own and closes the connection"
+        )
+    } else {
+        format!(
+            "connection failed: the client asks for AMQP {asked}, the server speaks AMQP {} (it \
+             answers with its own protocol header and closes the connection)",
             ev.version
-        ),
-    )
+        )
+    };
+    cat.finding(&ev.base, "protocol.header-reply", WARNING, message)
 }
