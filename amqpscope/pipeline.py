@@ -22,7 +22,6 @@ from .events import Accounting, Event
 from .packets import RawPacket
 
 Source = Union[str, "Path", IO[bytes]]
-Stage = Callable[[Iterator[Event]], Iterator[Event]]
 ACCOUNTING_FIELDS = (
     "stream_bytes",
     "frame_bytes",
@@ -154,19 +153,20 @@ def decode_batches(
     codec: Codec | None = None,
     options: Options | None = None,
     stats: RunStats | None = None,
-    stages: Iterable[Stage] = (),
     max_packets: int | None = None,
     select: Callable[..., bool] | None = None,
+    kinds: Iterable[str] | None = None,
 ) -> Iterator[list[Event]]:
-    """The events of a capture in lists (one per trip into the core), through ``stages``: a stage
-    with ``batches`` (the validator's) takes the lists, the others run per event.
+    """The events of a capture in lists (one per trip into the core). With ``kinds``, only events
+    of those kinds are made into objects (``validate`` needs only the findings).
 
     ``select(client, server)`` (endpoints as ``(address, port)``), if given, is asked once per TCP
     flow and only the flows it accepts are decoded: Spark slices share a capture's connections
     this way, every flow still reassembled so that ``conn`` numbers stay those of a whole run.
     A truncated file raises after the events decoded before it."""
     dec = open_decoder(source, codec, options, max_packets, select)
-    return _staged(_drain(dec.events, stats, dec.stats), stages)
+    wanted = frozenset(kinds) if kinds is not None else None
+    return _drain(lambda: dec.events(wanted), stats, dec.stats)
 
 
 def jsonl_batches(
@@ -187,10 +187,9 @@ def decode_source(
     codec: Codec | None = None,
     options: Options | None = None,
     stats: RunStats | None = None,
-    stages: Iterable[Stage] = (),
 ) -> Iterator[Event]:
     """Every event of a capture, in order."""
-    return chain.from_iterable(decode_batches(source, codec, options, stats, stages))
+    return chain.from_iterable(decode_batches(source, codec, options, stats))
 
 
 def decode_packets(
@@ -198,7 +197,6 @@ def decode_packets(
     codec: Codec | None = None,
     options: Options | None = None,
     stats: RunStats | None = None,
-    stages: Iterable[Stage] = (),
     idle_timeout_ns: int | None = None,
 ) -> Iterator[Event]:
     """Every event of packets Python already holds (live capture, synthetic captures), in order.
@@ -216,13 +214,13 @@ def decode_packets(
         options.tls_keylog or None,
         _validation(codec, options),
     )
-    return chain.from_iterable(_staged(_engine_batches(engine, iter(packets), stats), stages))
+    return chain.from_iterable(_engine_batches(engine, iter(packets), stats))
 
 
-def live_batches(decoder: Any, stats: RunStats | None = None, stages: Iterable[Stage] = ()) -> Iterator[list[Event]]:
+def live_batches(decoder: Any, stats: RunStats | None = None) -> Iterator[list[Event]]:
     """The events of a ``_native.LiveDecoder`` (a capture helper's pipe) in lists as they become
-    decodable (an empty list when a read brought nothing new), through ``stages``."""
-    return _staged(_drain(decoder.events, stats, decoder.stats), stages)
+    decodable (an empty list when a read brought nothing new)."""
+    return _drain(decoder.events, stats, decoder.stats)
 
 
 def _engine_batches(engine: Any, packets: Iterator[RawPacket], stats: RunStats | None) -> Iterator[list[Event]]:
@@ -244,18 +242,6 @@ def _engine_batches(engine: Any, packets: Iterator[RawPacket], stats: RunStats |
         yield tail
     if error is not None:
         raise error
-
-
-def _staged(batches: Iterator[list[Event]], stages: Iterable[Stage]) -> Iterator[list[Event]]:
-    rest = list(stages)
-    while rest and hasattr(rest[0], "batches"):
-        batches = rest.pop(0).batches(batches)  # type: ignore[attr-defined]
-    if not rest:
-        return batches
-    events: Iterator[Event] = chain.from_iterable(batches)
-    for stage in rest:
-        events = stage(events)
-    return ([ev] for ev in events)
 
 
 def read(

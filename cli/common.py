@@ -8,21 +8,21 @@ an unreadable file is exit 3 with one line, not click's three-line usage error.)
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NoReturn, TypeVar
 
 import click
 
 from amqpscope.capture import CaptureError
 from amqpscope.dissect.codec import Codec, get_codec
-from amqpscope.dissect.spec import Spec, SpecError
+from amqpscope.dissect.spec import SpecError
 from amqpscope.events import Event
 from amqpscope.filter import FilterError
 from amqpscope.pipeline import Options, RunStats, decode_batches, jsonl_batches, read_keylogs
-from amqpscope.validate.validator import Validator
 
 EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 F = TypeVar("F", bound=Callable[..., Any])
@@ -75,9 +75,9 @@ def input_options(f: F) -> F:
     return spec_option(f)
 
 
-def validate_with(capture: CaptureRun, spec: Spec) -> None:
-    """Inline findings for ``capture``."""
-    capture.validator = Validator(spec)
+def validate_with(capture: CaptureRun) -> None:
+    """Inline findings for ``capture``: the core's validator follows each event with its findings."""
+    capture.options = dataclasses.replace(capture.options, validate=True)
 
 
 def load_codec(spec: str | None) -> Codec:
@@ -108,25 +108,25 @@ class CaptureRun:
         self.error: CaptureError | None = None
         self.stats: list[tuple[str, RunStats]] = []
         self.max_packets: int | None = None
-        self.validator: Validator | None = None  # inline findings, as the first stage
         self._done = 0  # files finished, for progress over several files
 
     def position(self) -> int:
         """Bytes of the input files finished so far (for the progress bar)."""
         return sum(_size(f) for f in self.files[: self._done])
 
-    def events(self, stages: tuple[Callable[[Iterator[Event]], Iterator[Event]], ...] = ()) -> Iterator[Event]:
-        return itertools.chain.from_iterable(self.batches(stages))
+    def events(self, kinds: Iterable[str] | None = None) -> Iterator[Event]:
+        """Every file's events in turn; with ``kinds`` only events of those kinds."""
+        return itertools.chain.from_iterable(self.batches(kinds))
 
-    def batches(self, stages: tuple[Callable[[Iterator[Event]], Iterator[Event]], ...] = ()) -> Iterator[list[Event]]:
+    def batches(self, kinds: Iterable[str] | None = None) -> Iterator[list[Event]]:
         """The events of every file in lists (see ``pipeline.decode_batches``)."""
-        validation = (self.validator.stage,) if self.validator is not None else ()
         for path in self.files:
             yield from self._each(path, lambda stats, p=path: decode_batches(  # type: ignore[misc]
-                p, self.codec, self.options, stats, validation + stages, self.max_packets))
+                p, self.codec, self.options, stats, self.max_packets, kinds=kinds))
 
     def jsonl(self, body: str) -> Iterator[bytes]:
-        """The JSON lines of every file's events, written by the core (no validation, no filter)."""
+        """The JSON lines of every file's events (findings included when validating), written by
+        the core (no filter)."""
         for path in self.files:
             yield from self._each(path, lambda stats, p=path: jsonl_batches(  # type: ignore[misc]
                 p, self.codec, self.options, stats, body, self.max_packets))

@@ -106,15 +106,13 @@ def decode(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], sho
         capture = CaptureRun(files, codec, options_from(ports, show_credentials, keep_bodies=writer.body != "none"))
         capture.max_packets = count
         if not no_validate:
-            validate_with(capture, codec.spec)
+            validate_with(capture)
         progress = _Progress(files, enabled=(not no_progress and not isinstance(writer, JsonlWriter)) or False)
         try:
             body_mode, write = writer.body, writer.write
-            if isinstance(writer, JsonlWriter) and predicate is None and capture.validator is None:
-                # JSON lines straight from the core: no Python object per event
+            if isinstance(writer, JsonlWriter) and predicate is None:
+                # JSON lines straight from the core, findings included: no Python object per event
                 writer.write_bytes(capture.jsonl(body_mode))
-            elif isinstance(writer, JsonlWriter) and predicate is None and body_mode == "none":
-                writer.write_all(capture.events())  # with findings: the events' own tight loop
             else:
                 events = progress.wrap(capture.events(), capture.position)
                 for ev in events:

@@ -17,6 +17,7 @@ end: 0. A second Ctrl-C stops without decoding the packets still waiting.
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import threading
 import time
@@ -33,7 +34,7 @@ from amqpscope.live import BUFFER_BYTES, DEFAULT_FILTER, LiveCapture, LiveCaptur
 from amqpscope.output.records import dumps, record
 from amqpscope.output.writers import JsonlWriter
 from amqpscope.packets import RawPacket
-from amqpscope.pipeline import RunStats, _ports, decode_packets, live_batches
+from amqpscope.pipeline import RunStats, _ports, _validation, decode_packets, live_batches
 
 from .common import fail, input_options, load_codec, options_from, run_guarded, warn
 from .decode import FORMATS, make_writer
@@ -220,13 +221,10 @@ def sniff(iface: str, bpf: str | None, spec: str | None, ports: tuple[int, ...],
             from amqpscope.analysis.stats import Analyzer
 
             analyzer = Analyzer(codec.spec)
-        stages: tuple[Any, ...] = ()
         if not no_validate:
-            from amqpscope.validate.validator import Validator  # the same inline findings as decode
-
-            stages = (Validator(codec.spec).stage,)
+            options = dataclasses.replace(options, validate=True)  # the same inline findings as decode
         job = _Job(iface, DEFAULT_FILTER if bpf is None else bpf, count, duration, write_to, writer, predicate,
-                   analyzer, stages, codec, options, idle_timeout)  # fmt: skip
+                   analyzer, codec, options, idle_timeout)  # fmt: skip
         if backend in IN_PROCESS:
             code = job.in_process(backend, (buffer_mib or BUFFER_BYTES >> 20) << 20)
         else:
@@ -247,10 +245,9 @@ class _Job:
     """One sniff run: the capture, the decode loop and the summary."""
 
     def __init__(self, iface: str, bpf: str, count: int | None, duration: float | None, write_to: str | None,
-                 writer: Any, predicate: Any, analyzer: Any, stages: tuple[Any, ...], codec: Any, options: Any,
-                 idle_timeout: float) -> None:  # fmt: skip
+                 writer: Any, predicate: Any, analyzer: Any, codec: Any, options: Any, idle_timeout: float) -> None:
         self.iface, self.bpf, self.count, self.duration, self.write_to = iface, bpf, count, duration, write_to
-        self.writer, self.predicate, self.analyzer, self.stages = writer, predicate, analyzer, stages
+        self.writer, self.predicate, self.analyzer = writer, predicate, analyzer
         self.codec, self.options, self.idle_timeout_ns = codec, options, int(idle_timeout * 1e9)
         self.counts = {"frames": 0, "messages": 0, "connections": 0, "findings": 0}
 
@@ -334,7 +331,7 @@ class _Job:
         try:
             dec = _native.LiveDecoder(helper.pipe_path, self.codec.tables, _ports(self.options),
                                       self.options.show_credentials, self.options.keep_bodies, self.idle_timeout_ns,
-                                      self.count, self.write_to)  # fmt: skip
+                                      self.count, self.write_to, _validation(self.codec, self.options))  # fmt: skip
         except BaseException as exc:
             helper.close()
             if isinstance(exc, OSError):
@@ -355,7 +352,7 @@ class _Job:
                         self.writer.write_bytes((chunk,))
                         self.writer.flush()
                 else:
-                    self._consume(_until(live_batches(dec, run_stats, self.stages), abandon))
+                    self._consume(_until(live_batches(dec, run_stats), abandon))
             except BaseException as exc:  # reported by the main thread, after the cleanup
                 failure.append(exc)
 
@@ -407,8 +404,7 @@ class _Job:
 
     def _fast_path(self) -> bool:
         """JSON lines straight from the core: no Python object per event."""
-        return (isinstance(self.writer, JsonlWriter) and self.predicate is None and not self.stages
-                and self.analyzer is None)  # fmt: skip
+        return isinstance(self.writer, JsonlWriter) and self.predicate is None and self.analyzer is None
 
     # --- in process (root) -----------------------------------------------------------------------------
 
@@ -430,7 +426,7 @@ class _Job:
         capture.start()
         try:
             events = decode_packets(watch.packets(capture.packets()), self.codec, self.options, RunStats(),
-                                    self.stages, idle_timeout_ns=self.idle_timeout_ns)  # fmt: skip
+                                    idle_timeout_ns=self.idle_timeout_ns)
             self._consume(([ev] for ev in events), lambda: capture.stop(abandon=True))
         finally:
             stopper.restore()

@@ -21,12 +21,12 @@ def run_analysis(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...
                  validate: bool = True) -> tuple[Analyzer, CaptureRun]:  # fmt: skip
     """Decode FILES and feed every event to one Analyzer (bodies are hashed, not kept).
 
-    With ``validate`` the validator runs as a pipeline stage, so its findings are counted by rule."""
+    With ``validate`` the core's findings come with the events, so they are counted by rule."""
     codec = load_codec(spec)
     capture = CaptureRun(files, codec, options_from(ports, show_credentials, keep_bodies=False))
     analyzer = Analyzer(codec.spec)
     if validate:
-        validate_with(capture, codec.spec)
+        validate_with(capture)
     seen = 0
     for ev in capture.events():
         if len(capture.stats) != seen:  # a new file: keep its connection ids apart

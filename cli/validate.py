@@ -14,9 +14,8 @@ from rich.table import Table
 from amqpscope.events import Finding
 from amqpscope.output.records import dumps
 from amqpscope.validate.findings import RANK, SEVERITIES, at_or_above
-from amqpscope.validate.validator import Validator
 
-from .common import EXIT_FINDINGS, CaptureRun, input_options, load_codec, options_from, run_guarded
+from .common import EXIT_FINDINGS, CaptureRun, input_options, load_codec, options_from, run_guarded, validate_with
 
 _STYLE = {"violation": "bold red", "deviation": "yellow", "warning": "yellow", "info": "blue"}
 
@@ -89,17 +88,15 @@ def validate(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], s
 
     def run() -> int:
         codec = load_codec(spec)
-        validator = Validator(codec.spec)
         capture = CaptureRun(files, codec, options_from(ports, show_credentials, keep_bodies=False))
+        validate_with(capture)
         out = sys.stdout
         chosen = fmt if fmt != "auto" else ("rich" if out.isatty() else "jsonl")
         groups: dict[tuple[str, str], _Group] = {}
         counts: dict[str, int] = {}
         failing = False
-        for ev in capture.events((validator.stage,)):
-            if type(ev) is not Finding:
-                continue
-            f: Finding = ev
+        for ev in capture.events(kinds=("finding",)):
+            f: Finding = ev  # type: ignore[assignment]
             if not at_or_above(f.severity, min_severity):
                 continue
             path = capture.stats[-1][0] if capture.stats else ""

@@ -9,9 +9,8 @@ lines' dict; table_reference.py), with keep_bodies=False and show_credentials=Fa
 are decoded. A field added to events.py fails here (the core does not fill it) and in
 test_spark's fingerprint test.
 
-Findings come from the Python validator, which the core does not have yet: that table is not
-asked of the core (asking is an error, as any column the core cannot fill); ``arrow_events``
-hands over, from the same decode, the events the validator reads.
+Findings come from the core's validator, in the same decode: the findings table is checked the
+same way (its ``packets`` column is a list of the proving packets).
 """
 
 from __future__ import annotations
@@ -30,7 +29,6 @@ from amqpscope.capture import CaptureError, TruncatedCapture
 from amqpscope.events import Event
 from amqpscope.pipeline import Options, decode_source, open_decoder
 from amqpscope.spark.schema import TABLE_OF_KIND, TABLES
-from amqpscope.validate.validator import READS
 
 native = pytest.importorskip("amqpscope._native")
 if not hasattr(native, "ArrowBatch"):
@@ -40,8 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = sorted((ROOT / "samples").glob("*.pcap"))
 SHARED = sorted(CAPTURES.glob("*.pcap")) if CAPTURES.is_dir() else []
 ALL = SHARED + SAMPLES
-NAMES = ("events", "messages", "connections")
-OPTIONS = Options(ports=frozenset({5672, 5673, 25672}), show_credentials=False, keep_bodies=False)
+NAMES = ("events", "messages", "connections", "findings")
+OPTIONS = Options(ports=frozenset({5672, 5673, 25672}), show_credentials=False, keep_bodies=False, validate=True)
 URI = "file:///captures/x.pcap"
 CONSTANTS = {"capture": URI, "capture_id": "0123456789abcdef", "capture_date": "2024-11-25"}
 SCHEMAS = {name: TABLES[name].schema for name in NAMES}
@@ -108,23 +106,6 @@ def test_truncated_capture_hands_out_rows_before_the_error(tmp_path: Path) -> No
     check({n: pa.Table.from_batches(got[n], schema=SCHEMAS[n]) for n in NAMES}, want, "truncated")
 
 
-def test_arrow_events_hands_over_the_validators_events_of_the_same_decode() -> None:
-    path = ALL[0]
-    dec = open_decoder(path, options=OPTIONS)
-    got: dict[str, list[pa.RecordBatch]] = {name: [] for name in NAMES}
-    events: list[Event] = []
-    while (pair := dec.arrow_events(SCHEMAS, CONSTANTS, TABLE_OF_KIND, READS, 1000)) is not None:
-        batches, evs = pair
-        events += evs
-        for name, obj in batches.items():
-            got[name].append(pa.record_batch(obj))
-    want = python_events(path)
-    check({n: pa.Table.from_batches(got[n], schema=SCHEMAS[n]) for n in NAMES}, want, "arrow_events")
-    every = list(decode_source(path, options=OPTIONS))
-    assert [e.to_record() for e in events] == [e.to_record() for e in every if e.kind in READS]
-    assert {e.kind for e in every} - READS == {"message"}
-
-
 def first_batches(**tables: pa.Schema) -> dict[str, Any] | None:
     dec = open_decoder(SAMPLES[0], options=OPTIONS)
     return dec.arrow(tables, CONSTANTS, TABLE_OF_KIND)  # type: ignore[no-any-return]
@@ -161,9 +142,10 @@ def test_wrong_column_type_is_an_error() -> None:
         first_batches(events=schema.set(i, pa.field("packet", pa.string())))
 
 
-def test_findings_are_not_in_the_core() -> None:
-    with pytest.raises(ValueError, match="finding"):
-        first_batches(findings=TABLES["findings"].schema)
+def test_findings_table_from_the_core() -> None:
+    have = core_tables(CAPTURES / "s09_pika_errors.pcap") if SHARED else core_tables(SAMPLES[0])
+    assert have["findings"].num_rows > 0
+    assert all(isinstance(p, list) and p for p in have["findings"].column("packets").to_pylist())
 
 
 def test_tables_not_asked_for_are_left_out() -> None:

@@ -33,7 +33,6 @@ from amqpscope.spark.job import JobOptions, pack, plan_slices, run_job
 from amqpscope.spark.split import decode_slice, flow_key, hash_slice
 from amqpscope.spark.split import plan_slices as plan_flows
 from amqpscope.spark.worker import Slice
-from amqpscope.validate.validator import Validator
 
 COMPARED = ("events", "messages", "connections", "findings")  # event tables compared row by row
 
@@ -46,8 +45,7 @@ def reference_events(uri: str) -> tuple[list[Event], CaptureError | None]:
     events: list[Event] = []
     try:
         codec = get_codec()
-        stages = (Validator(codec.spec).stage,)  # as `amqpscope decode` does by default
-        for ev in decode_source(local_path(uri), codec, Options(), stages=stages):
+        for ev in decode_source(local_path(uri), codec, Options(validate=True)):  # as `amqpscope decode` does
             events.append(ev)
     except CaptureError as exc:
         return events, exc

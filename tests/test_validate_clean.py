@@ -268,8 +268,10 @@ def test_server_refuses_protocol_header() -> None:
     c.send(False, b"AMQP\x00\x00\x09\x01")
     c.fin()
     found = cap.findings()
+    # issue 16: a refused protocol header is a failed connection, said at warning level
     assert [(f.rule, f.severity) for f in found] == [("protocol.header-version", "info"),
-                                                     ("protocol.header-reply", "info")]  # fmt: skip
+                                                     ("protocol.header-reply", "warning")]  # fmt: skip
+    assert found[1].message.startswith("connection failed")
 
 
 def test_unused_conversation_helper_is_plain_tcp() -> None:

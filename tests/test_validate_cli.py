@@ -11,7 +11,7 @@ from amqpscope.testing.synth import Capture
 from cli.main import cli
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
-KEYS = {"kind", "rule", "severity", "code", "packet", "packets", "conn", "channel", "dir", "message", "peer_reaction",
+KEYS = {"kind", "rule", "severity", "code", "rabbitmq_code", "packet", "packets", "conn", "channel", "dir", "message", "peer_reaction",
         "file", "ts"}  # fmt: skip
 
 

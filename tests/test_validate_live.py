@@ -21,7 +21,6 @@ from amqpscope.events import Finding
 from amqpscope.pipeline import Options, decode_packets
 from amqpscope.testing.broker import PrivateBroker
 from amqpscope.testing.frames import RawFrame, decode_frame
-from amqpscope.validate.validator import Validator
 
 pytestmark = pytest.mark.broker
 
@@ -148,9 +147,8 @@ def test_violations_against_rabbitmq(rabbitmq: PrivateBroker, loopback_recorder:
             finally:
                 c.close()
             time.sleep(0.05)
-    stage = Validator(codec.spec).stage
-    options = Options(ports=frozenset({rabbitmq.port}))
-    events = list(decode_packets(read_packets(path), codec, options, stages=[stage]))
+    options = Options(ports=frozenset({rabbitmq.port}), validate=True)
+    events = list(decode_packets(read_packets(path), codec, options))
     closes = {ev.conn: ev.packet for ev in events if getattr(ev, "method", None) in ("channel.close", "connection.close")
               and ev.dir == "s2c"}  # fmt: skip
     violations = [f for f in events if isinstance(f, Finding) and f.severity == "violation"]

@@ -29,7 +29,6 @@ from amqpscope.capture import read_packets
 from amqpscope.dissect.codec import get_codec
 from amqpscope.events import Finding
 from amqpscope.pipeline import Options, decode_packets
-from amqpscope.validate.validator import Validator
 from tests import variants
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
@@ -60,13 +59,11 @@ EXPECTED: dict[str, dict[tuple[str, str], int]] = {
     "errors.pcap": {(D, CODE0): 1, (D, "connection.close-ok.missing"): 1, (D, "connection.close.handshake"): 1, RES: 2},
     "hello.pcap": {(D, CODE0): 1, RES: 1},
 }
-_OPTIONS = Options(ports=frozenset({5672, 5673, 25672}), keep_bodies=False)
+_OPTIONS = Options(ports=frozenset({5672, 5673, 25672}), keep_bodies=False, validate=True)
 
 
 def _findings(path: Path | str) -> list[Finding]:
-    codec = get_codec()
-    stage = Validator(codec.spec).stage
-    return [ev for ev in decode_packets(read_packets(path), codec, _OPTIONS, stages=[stage]) if isinstance(ev, Finding)]
+    return [ev for ev in decode_packets(read_packets(path), get_codec(), _OPTIONS) if isinstance(ev, Finding)]
 
 
 def _path(name: str, captures_dir: Path) -> Path:

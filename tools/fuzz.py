@@ -51,7 +51,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -378,16 +378,13 @@ def run_pipeline(data: bytes, codec: Codec, options: Options, validate: bool = F
     of decoding the packets Python read (``read_packets`` -> ``decode_packets``, as live capture)."""
     stats = RunStats()
     n = 0
-    stages: tuple[Any, ...] = ()
     if validate:
-        from amqpscope.validate.validator import Validator
-
-        stages = (Validator(codec.spec).stage,)
+        options = replace(options, validate=True)
     try:  # the core opens the file at once: a bad file header raises here already
         if whole_file:
-            events = decode_source(io.BytesIO(data), codec, options, stats, stages)
+            events = decode_source(io.BytesIO(data), codec, options, stats)
         else:
-            events = decode_packets(read_packets(io.BytesIO(data)), codec, options, stats, stages)
+            events = decode_packets(read_packets(io.BytesIO(data)), codec, options, stats)
         for ev in events:
             rec = record(ev, "full")
             dumpb(rec)

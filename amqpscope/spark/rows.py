@@ -1,11 +1,8 @@
-"""The few rows the core does not build: ``errors``, ``captures`` and (from the Python validator)
-``findings``.
+"""The few rows the core does not build: ``errors`` and ``captures``, one row per capture slice.
 
-The event tables (``events``, ``messages``, ``connections``) come from the core as Arrow record
-batches (``_native.Decoder.arrow``), without a Python object per row. What is left here are one
-row per capture slice (``errors``, ``captures``) and the validator's findings, which exist only as
-Python objects until validation moves into the core: these are built from plain dicts. None of
-these tables has a map column.
+Every event table (``events``, ``messages``, ``connections``, ``findings``) comes from the core as
+Arrow record batches (``_native.Decoder.arrow``), without a Python object per row. These two are
+built from plain dicts; neither has a map column.
 """
 
 from __future__ import annotations
@@ -15,8 +12,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-
-from amqpscope.events import Event
 
 
 def records_batch(schema: pa.Schema, rows: Iterable[Mapping[str, Any]], constants: Mapping[str, str]) -> pa.RecordBatch:
@@ -33,8 +28,3 @@ def records_batch(schema: pa.Schema, rows: Iterable[Mapping[str, Any]], constant
         else:
             columns[f.name] = pa.array([r.get(f.name) for r in rows], f.type)
     return pa.RecordBatch.from_arrays([columns[f.name] for f in schema], schema=schema)
-
-
-def events_batch(schema: pa.Schema, events: Iterable[Event], constants: Mapping[str, str]) -> pa.RecordBatch:
-    """Events of a table without map columns (findings, accounting) as a batch of ``schema``."""
-    return records_batch(schema, (ev.to_record() for ev in events), constants)

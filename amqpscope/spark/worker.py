@@ -31,12 +31,10 @@ import pyarrow.parquet as pq
 from amqpscope.capture import CaptureError, CaptureUnreadable, read_packets
 from amqpscope.dissect.codec import Codec, get_codec
 from amqpscope.dissect.spec import DEFAULT_SPEC, bundled_spec_path
-from amqpscope.events import Event
 from amqpscope.pipeline import Options, RunStats, open_decoder
-from amqpscope.validate.validator import READS, Validator
 
 from .inputs import open_output, open_stream
-from .rows import events_batch, records_batch
+from .rows import records_batch
 from .schema import PARTITION_COLUMNS, TABLE_OF_KIND, TABLES
 from .split import FlowKey, flow_selector, hash_slice, plan_slices
 
@@ -86,7 +84,6 @@ MANIFEST_SCHEMA = pa.schema([
 
 
 _codecs: dict[str | None, Codec] = {}  # Python workers are reused across tasks: compile a spec once
-_validators: dict[str | None, Validator] = {}
 
 
 def _codec(spec: str | None) -> Codec:
@@ -109,14 +106,6 @@ def _spec_file(spec: str | None) -> str | None:
             f.write(data)
         os.replace(tmp, path)
     return path
-
-
-def _validator(spec: str | None) -> Validator:
-    """The validator compiled from a spec (its grammars), kept per worker; state is per capture."""
-    v = _validators.get(spec)
-    if v is None:
-        v = _validators[spec] = Validator(_codec(spec).spec)
-    return v
 
 
 @functools.cache
@@ -260,20 +249,19 @@ def decode_capture(sl: Slice, config: JobConfig, constants: dict[str, str] | Non
     """(table, batch) pairs of one capture slice, in the tables' file schemas (without the
     partition columns); a read error becomes an ``errors`` row after the rows decoded before it.
 
-    The event tables are the core's Arrow batches. Findings come from the Python validator: with
-    validation on, the core also hands over, from the same decode, the events the validator reads
-    (``Decoder.arrow_events``) and only the findings table is built from Python objects. (This
-    goes when validation moves into the core.)"""
+    Every event table, findings included, is the core's Arrow batches: with validation on, the
+    core's validator runs per slice (connection checks are exact; the few that look across
+    connections, exclusive queues and exchanges declared elsewhere, see this slice's connections)."""
     started = time.perf_counter()
     constants = slice_constants(sl) if constants is None else constants
-    wanted = [name for name in config.tables if name in CORE_TABLES]
+    validate = config.validate and "findings" in config.tables
+    wanted = [name for name in config.tables if name in CORE_TABLES or (name == "findings" and validate)]
     schemas = {name: file_schema(name) for name in wanted}
-    findings = "findings" in config.tables and config.validate
     stats = RunStats()
-    options = Options(ports=config.ports, show_credentials=False, keep_bodies=False, tls_keylog=config.tls_keylog)
+    options = Options(ports=config.ports, show_credentials=False, keep_bodies=False, tls_keylog=config.tls_keylog,
+                      validate=validate)  # fmt: skip
     error: BaseException | None = None
     written = 0
-    found: list[Event] = []  # findings not yet handed out: also those made before a read error
     stream = None
     try:
         constants["capture_date"] = _first_date(sl.uri)
@@ -281,32 +269,11 @@ def decode_capture(sl: Slice, config: JobConfig, constants: dict[str, str] | Non
         mine = _mine(sl, config)
         dec = open_decoder(stream, _codec(config.spec), options, select=flow_selector(mine))
         try:
-            if findings:
-                # per slice: connection checks are exact; the few that look across connections
-                # (exclusive queues, exchanges declared elsewhere) see only this slice's connections
-                checker = _validator(config.spec).checker()
-                feed = checker.feed
-                while (got := dec.arrow_events(schemas, constants, TABLE_OF_KIND, READS, config.batch_rows)) is not None:
-                    batches, events = got
-                    for name, obj in batches.items():
-                        batch = pa.record_batch(obj)
-                        written += batch.num_rows
-                        yield name, batch
-                    for ev in events:
-                        out = feed(ev)
-                        if out:
-                            found += out
-                    if len(found) >= config.batch_rows:
-                        written += len(found)
-                        yield "findings", events_batch(file_schema("findings"), found, constants)
-                        found = []
-                found += checker.finish()
-            else:
-                while (batches := dec.arrow(schemas, constants, TABLE_OF_KIND, config.batch_rows)) is not None:
-                    for name, obj in batches.items():
-                        batch = pa.record_batch(obj)
-                        written += batch.num_rows
-                        yield name, batch
+            while (batches := dec.arrow(schemas, constants, TABLE_OF_KIND, config.batch_rows)) is not None:
+                for name, obj in batches.items():
+                    batch = pa.record_batch(obj)
+                    written += batch.num_rows
+                    yield name, batch
         finally:
             stats.update(dec.stats())
     except OSError as exc:  # opening failed (local open or a remote filesystem)
@@ -316,9 +283,6 @@ def decode_capture(sl: Slice, config: JobConfig, constants: dict[str, str] | Non
     finally:
         if stream is not None:
             stream.close()
-    if found:
-        written += len(found)
-        yield "findings", events_batch(file_schema("findings"), found, constants)
     if error is not None and "errors" in config.tables and _reports(error, sl):
         code = error.exit_code if isinstance(error, CaptureError) else EXIT_INTERNAL
         message = str(error) if isinstance(error, CaptureError) else f"{type(error).__name__}: {error}"

@@ -64,14 +64,13 @@ class Capture:
         with open(path, "wb") as f:
             f.write(self.pcap())
 
-    def events(self, stages: tuple[Any, ...] = ()) -> Iterator[Event]:
+    def events(self, validate: bool = False) -> Iterator[Event]:
         packets = read_packets(io.BytesIO(self.pcap()))
-        return decode_packets(packets, self.codec, Options(keep_bodies=False), stages=stages)
+        return decode_packets(packets, self.codec, Options(keep_bodies=False, validate=validate))
 
     def findings(self) -> list[Finding]:
-        from amqpscope.validate.validator import Validator  # the validator is what this module serves
-
-        return [ev for ev in self.events((Validator(self.codec.spec).stage,)) if isinstance(ev, Finding)]
+        """The core validator's findings on this capture."""
+        return [ev for ev in self.events(validate=True) if isinstance(ev, Finding)]
 
 
 class SynthConn:

@@ -196,11 +196,21 @@ impl Decoder {
         Ok(Some(PyBytes::new(py, &buf)))
     }
 
-    /// The next events as amqpscope.events objects, or None at the end.
-    fn events<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyList>>> {
-        match self.batch(py, BATCH_EVENTS)? {
-            Some(events) => event_list(py, &events).map(Some),
-            None => Ok(None),
+    /// The next events as amqpscope.events objects, or None at the end; with `kinds`, only the
+    /// events of those kinds become objects (`validate` asks for findings alone).
+    #[pyo3(signature = (kinds = None))]
+    fn events<'py>(
+        &self,
+        py: Python<'py>,
+        kinds: Option<HashSet<String>>,
+    ) -> PyResult<Option<Bound<'py, PyList>>> {
+        match (self.batch(py, BATCH_EVENTS)?, kinds) {
+            (Some(events), None) => event_list(py, &events).map(Some),
+            (Some(mut events), Some(kinds)) => {
+                events.retain(|ev| kinds.contains(ev.kind()));
+                event_list(py, &events).map(Some)
+            }
+            (None, _) => Ok(None),
         }
     }
 
@@ -237,39 +247,6 @@ impl Decoder {
             .map_err(panic_error)?
             .map_err(crate::arrow::arrow_error)?;
         crate::arrow::batch_dict(py, built).map(Some)
-    }
-
-    /// `arrow` and, from the same events, those of `event_kinds` as amqpscope.events objects:
-    /// `(batches, events)`, or None at the end. For what the core does not do yet (the Python
-    /// validator's findings): only the events it reads become Python objects.
-    #[pyo3(signature = (tables, constants, kinds, event_kinds, batch_events = BATCH_EVENTS))]
-    fn arrow_events<'py>(
-        &self,
-        py: Python<'py>,
-        tables: &Bound<'py, PyDict>,
-        constants: &Bound<'py, PyDict>,
-        kinds: &Bound<'py, PyDict>,
-        event_kinds: HashSet<String>,
-        batch_events: usize,
-    ) -> PyResult<Option<(Bound<'py, PyDict>, Bound<'py, PyList>)>> {
-        let mut builders = crate::arrow::make_tables(tables, constants, kinds)?;
-        let Some(events) = self.batch(py, batch_events.max(1))? else {
-            return Ok(None);
-        };
-        let (built, events) = py
-            .detach(move || {
-                catch_unwind(AssertUnwindSafe(|| {
-                    builders.append(&events)?;
-                    builders.finish().map(|b| (b, events))
-                }))
-            })
-            .map_err(panic_error)?
-            .map_err(crate::arrow::arrow_error)?;
-        let list = PyList::empty(py);
-        for ev in events.iter().filter(|ev| event_kinds.contains(ev.kind())) {
-            list.append(crate::topy::event(py, ev)?)?;
-        }
-        Ok(Some((crate::arrow::batch_dict(py, built)?, list)))
     }
 
     /// What the run saw so far: packets, tcp_packets, skipped (reason → count), and the byte
