@@ -29,24 +29,6 @@ pub fn functional(
     let Some(h) = t.handler(d, c.name) else {
         return;
     };
-    // the channels that are not this one, in order, for "issued on channel N" (settle, cancel)
-    let other_with = |cs: &ConnState, f: &dyn Fn(&ChanState) -> bool| -> Option<u16> {
-        cs.chans
-            .iter()
-            .find(|(n, ch)| *n != chan && f(ch))
-            .map(|(n, _)| *n)
-    };
-    let other = match h {
-        Handler::Settle => {
-            let tag = c.uint("delivery_tag");
-            other_with(cs, &|ch| ch.unacked.contains(&tag))
-        }
-        Handler::Cancel => {
-            let tag = c.text("consumer_tag");
-            other_with(cs, &|ch| ch.consumers.contains_key(&tag))
-        }
-        _ => None,
-    };
     let ch = cs.chan(chan);
     match h {
         Handler::Deliver => deliver(cat, ch, c, out),
@@ -54,7 +36,19 @@ pub fn functional(
         Handler::GetEmpty => {
             ch.gets.pop_front();
         }
-        Handler::Settle => settle(cat, ch, other, c, out),
+        Handler::Settle => {
+            if let Some(tag) = settle(ch, c) {
+                let max_tag = ch.max_tag;
+                // the other channels matter only for a tag this one never saw (Python looks only
+                // then, and so does this: not on every ack)
+                let other = if tag != 0 && tag <= max_tag {
+                    None
+                } else {
+                    other_channel(cs, chan, |ch| ch.unacked.contains(&tag))
+                };
+                unknown_tag(cat, c, tag, max_tag, other, out);
+            }
+        }
         Handler::Confirm => confirm(cat, ch, c, out),
         Handler::Publish => {
             if ch.confirm {
@@ -108,7 +102,7 @@ pub fn functional(
             }
             ch.consumers.insert(tag, no_ack);
         }
-        Handler::Cancel => cancel(cat, ch, other, c, out),
+        Handler::Cancel => cancel(cat, cs, chan, c, out),
         Handler::CancelOk => {
             ch.consumers.remove(&c.text("consumer_tag"));
         }
@@ -182,23 +176,19 @@ fn deliver(cat: &Catalogue, ch: &mut ChanState, c: &Call<'_>, out: &mut Vec<Find
     ch.max_tag = ch.max_tag.max(tag);
 }
 
-/// Client ack/nack/reject against the channel's delivery-tag ledger.
-fn settle(
-    cat: &Catalogue,
-    ch: &mut ChanState,
-    other: Option<u16>,
-    c: &Call<'_>,
-    out: &mut Vec<Finding>,
-) {
+/// The first other channel of the connection (in order of appearance) that `has`.
+fn other_channel(cs: &ConnState, chan: u16, has: impl Fn(&ChanState) -> bool) -> Option<u16> {
+    cs.chans
+        .iter()
+        .find(|(n, ch)| *n != chan && has(ch))
+        .map(|(n, _)| *n)
+}
+
+/// Client ack/nack/reject against the channel's delivery-tag ledger; Some(tag) when the tag is
+/// not one the channel has outstanding (`unknown_tag` reports it).
+fn settle(ch: &mut ChanState, c: &Call<'_>) -> Option<u64> {
     let tag = c.uint("delivery_tag");
-    let multiple = c.flag("multiple");
-    let method = c.method();
-    let rid = if method != "basic.reject" {
-        format!("{method}.multiple.exists")
-    } else {
-        "basic.ack.multiple.exists".to_owned()
-    };
-    if multiple {
+    if c.flag("multiple") {
         let settled: HashSet<u64> = if tag != 0 {
             ch.unacked.iter().copied().filter(|t| *t <= tag).collect()
         } else {
@@ -214,7 +204,7 @@ fn settle(
                     release(ch, *t);
                 }
             }
-            return;
+            return None;
         }
     } else if ch.unacked.remove(&tag) {
         if ch.tx {
@@ -223,9 +213,28 @@ fn settle(
         if !ch.owner.is_empty() {
             release(ch, tag);
         }
-        return;
+        return None;
     }
-    let why = if tag != 0 && tag <= ch.max_tag {
+    Some(tag)
+}
+
+/// The finding of a settle whose tag the channel does not have outstanding: already settled (or
+/// delivered with no-ack), issued on another channel (`other`), or never delivered.
+fn unknown_tag(
+    cat: &Catalogue,
+    c: &Call<'_>,
+    tag: u64,
+    max_tag: u64,
+    other: Option<u16>,
+    out: &mut Vec<Finding>,
+) {
+    let method = c.method();
+    let rid = if method != "basic.reject" {
+        format!("{method}.multiple.exists")
+    } else {
+        "basic.ack.multiple.exists".to_owned()
+    };
+    let why = if tag != 0 && tag <= max_tag {
         format!("delivery-tag {tag} was already acknowledged or was delivered with no-ack")
     } else {
         if let Some(other) = other {
@@ -401,17 +410,11 @@ fn consume(cat: &Catalogue, ch: &mut ChanState, c: &Call<'_>, out: &mut Vec<Find
     }
 }
 
-fn cancel(
-    cat: &Catalogue,
-    ch: &mut ChanState,
-    other: Option<u16>,
-    c: &Call<'_>,
-    out: &mut Vec<Finding>,
-) {
+fn cancel(cat: &Catalogue, cs: &mut ConnState, chan: u16, c: &Call<'_>, out: &mut Vec<Finding>) {
     let tag = c.text("consumer_tag");
     let d = c.dir();
-    if d == Dir::C2S && !ch.consumers.contains_key(&tag) {
-        if let Some(other) = other {
+    if d == Dir::C2S && !cs.chan(chan).consumers.contains_key(&tag) {
+        if let Some(other) = other_channel(cs, chan, |ch| ch.consumers.contains_key(&tag)) {
             out.push(cat.finding(
                 &c.ev.base,
                 "basic.consume.consumer-tag.02",
@@ -426,6 +429,6 @@ fn cancel(
         }
     }
     if c.nowait || d == Dir::S2C {
-        ch.consumers.remove(&tag);
+        cs.chan(chan).consumers.remove(&tag);
     }
 }
