@@ -432,3 +432,68 @@ pub fn or_empty(v: Option<&Value>) -> String {
         _ => String::new(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TABLES: &str = r#"{
+        "handlers": {"c2s": {"basic.ack": "settle"}, "s2c": {"basic.ack": "confirm"}},
+        "not_implemented": [{"dir": "c2s", "method": "basic.qos", "field": "prefetch_size",
+                             "when": "truthy", "message": "m"}],
+        "capabilities": {"basic.cancel": "consumer_cancel_notify"},
+        "soft_on_connection_close": ["access-refused"],
+        "suspect_names": ["basic.publish"],
+        "reserved": {"queue.declare": ["queue", "queue.declare.queue.reserved"]},
+        "standard_types": ["direct"], "standard_exchanges": [""],
+        "known_types": {"amq.direct": "direct"}, "max_suspects": 16,
+        "queue_users": ["queue.bind"], "exclusive_names": ["queue.bind"],
+        "refusals": [{"method": "queue.bind", "code": 404, "rules": [
+            {"rule": "queue.bind.queue.queue-known", "field": "queue", "name": "queue-known",
+             "text": "t"}]}],
+        "reply_success": 200, "frame_min_size": 4096,
+        "error_constants": [["not-found", 404, "soft-error"]],
+        "method_ids": {"queue.bind": [50, 20]},
+        "rabbitmq_codes": {"exchange.declare.type.typed": 406},
+        "assert_codes": {"connection.tune-ok.channel-max.assert-le":
+                         {"rule": "connection.tune-ok.channel-max.upper-limit", "code": 530}},
+        "round_trips": {"connection.tune-ok": "connection.tune"}
+    }"#;
+
+    #[test]
+    fn tables_parse() {
+        let j: Json = serde_json::from_str(TABLES).expect("test JSON");
+        let t = RulesTables::from_json(&j).expect("tables");
+        assert_eq!(t.handler(Dir::C2S, "basic.ack"), Some(Handler::Settle));
+        assert_eq!(t.handler(Dir::S2C, "basic.ack"), Some(Handler::Confirm));
+        assert_eq!(t.handler(Dir::S2C, "basic.qos"), None);
+        assert!(t.not_implemented[0].when_truthy);
+        assert_eq!(t.refusals[&("queue.bind".to_owned(), 404)].len(), 1);
+        assert!(t.method_by_ids.contains(&(50, 20)));
+        assert_eq!(
+            t.assert_code("connection.tune-ok.channel-max.assert-le"),
+            Some((530, None))
+        );
+        assert_eq!(t.rabbitmq_code("exchange.declare.type.typed"), Some(406));
+        assert!(t.round_trip_requests.contains("connection.tune"));
+        assert!(t.round_trip_replies.contains("connection.tune-ok"));
+    }
+
+    #[test]
+    fn a_bad_handler_is_an_error_not_a_panic() {
+        let bad = TABLES.replace("\"settle\"", "\"nonsense\"");
+        let j: Json = serde_json::from_str(&bad).expect("test JSON");
+        assert!(RulesTables::from_json(&j).is_err());
+    }
+
+    #[test]
+    fn python_truthiness() {
+        assert!(!truthy(None));
+        assert!(!truthy(Some(&Value::Str(String::new()))));
+        assert!(truthy(Some(&Value::UInt(u64::MAX))));
+        assert!(!truthy(Some(&Value::Table(Vec::new()))));
+        assert_eq!(as_u64(Some(&Value::Int(-1))), 0);
+        assert_eq!(or_empty(Some(&Value::Int(0))), "");
+        assert_eq!(or_empty(Some(&Value::Int(7))), "7");
+    }
+}

@@ -304,3 +304,67 @@ pub fn header_reply(cat: &Catalogue, asked: Option<&str>, ev: &ProtocolHeader) -
     };
     cat.finding(&ev.base, "protocol.header-reply", WARNING, message)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: i64 = 1_000_000;
+
+    /// A server close at t=1 s after a handshake the client answered within 2 ms.
+    fn watch() -> CloseWatch {
+        let mut w = CloseWatch::default();
+        w.asked(Dir::S2C, 0);
+        w.answered(Dir::C2S, 2 * MS);
+        w.asked(Dir::S2C, 10 * MS);
+        w.answered(Dir::C2S, 15 * MS);
+        w.closed_at(1000 * MS, false);
+        w
+    }
+
+    #[test]
+    fn fastest_answer_bounds_the_round_trip() {
+        assert_eq!(watch().answer_ns[di(Dir::C2S)], Some(2 * MS));
+        assert_eq!(watch().answer_ns[di(Dir::S2C)], None);
+    }
+
+    #[test]
+    fn frames_soon_after_the_close_are_in_flight() {
+        let mut w = watch();
+        assert_eq!(w.evidence(1001 * MS, true, Dir::C2S), None);
+        // a long silence after a content-bearing method proves nothing: its body may have streamed
+        assert_eq!(w.evidence(5000 * MS, false, Dir::C2S), None);
+    }
+
+    #[test]
+    fn silence_then_a_frame_is_reported_once() {
+        let mut w = watch();
+        let why = w.evidence(2500 * MS, true, Dir::C2S);
+        assert_eq!(
+            why.as_deref(),
+            Some(
+                "sent 1.500 s after it, after 1.500 s of silence; it answers the other peer's \
+                 requests within 0.002 s"
+            )
+        );
+        assert_eq!(w.evidence(9000 * MS, false, Dir::C2S), None);
+    }
+
+    #[test]
+    fn close_ok_proves_the_close_was_read() {
+        let mut w = watch();
+        w.close_ok = 42;
+        let why = w.evidence(1001 * MS, false, Dir::C2S);
+        assert_eq!(
+            why.as_deref(),
+            Some("it had answered it with close-ok at packet 42")
+        );
+    }
+
+    #[test]
+    fn no_round_trip_no_timing_evidence() {
+        let mut w = CloseWatch::default();
+        w.closed_at(0, false);
+        assert_eq!(w.evidence(i64::MAX, false, Dir::C2S), None);
+    }
+}
