@@ -119,13 +119,10 @@ def rule_id(scope: str, name: str) -> str:
 def assert_code(spec: Spec, m: Method, f: Field, a: Assert) -> tuple[str, int] | None:
     """The spec rule an assert restates and its reply code, or None (then: syntax-error).
 
-    TODO(checker): tables.py `_field_asserts` should take the code from here (issue 16, "reply
-    code per the spec's rule"): ``found = assert_code(spec, m, f, a)`` and, when the severity is
-    not WARNING and ``found`` is not None, ``code = found[1]``; the finding's ``rabbitmq_code``
-    comes from ``RABBITMQ_CODES`` by the finding's rule id (``RulesTables::rabbitmq_code``), best
-    set when the finding is made so that the held finding's peer reaction can say that RabbitMQ's
-    403 is RabbitMQ's answer. tests/test_validate_issue16.py checks both (exchange.declare '' ->
-    406/403, tune-ok channel-max above the offer -> 530).
+    The core applies it when it makes an assert finding (checker.rs through
+    ``RulesTables::assert_code``, key "assert_codes"), with RabbitMQ's own code from
+    ``RABBITMQ_CODES`` (issue 16: exchange.declare '' -> 406, RabbitMQ 403; tune-ok channel-max
+    above the offer -> 530; tests/test_validate_issue16.py).
     """
     want = ASSERT_RULES.get(a.check)
     rule = next((r for r in f.rules if r.name == want), None) if want else None
