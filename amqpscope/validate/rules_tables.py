@@ -172,12 +172,13 @@ def refusal_rules(spec: Spec) -> list[dict[str, Any]]:
 
 def _reserved_names(spec: Spec) -> dict[str, list[str]]:
     """method -> [field ident, rule id] of its field's "reserved" rule (names starting "amq."):
-    exchange.declare exchange and queue.declare queue in 0-9-1."""
+    exchange.declare exchange and queue.declare queue in 0-9-1; 0-9 names the queue's rule
+    "reserved-prefix" (rules.py used the 0-9-1 ids for every spec)."""
     out: dict[str, list[str]] = {}
     for m in spec.methods():
         for f in m.fields:
             for r in f.rules:
-                if r.name == "reserved" and '"amq."' in r.text:
+                if r.name.startswith("reserved") and '"amq."' in r.text:
                     out.setdefault(m.full_name, [f.ident, rule_id(r.scope, r.name)])
     return out
 
