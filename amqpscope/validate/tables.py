@@ -10,7 +10,7 @@ plain records, pairing and chassis to per-method entries; the core only executes
     connection_class  class id of "connection" (its methods belong on channel 0)
     methods        name -> {content, fields, senders, reserved: [[ident, name]], nowait: ident,
                    replies: [sorted names] (synchronous requests), optional_from: [dirs],
-                   asserts: [{kind, field, label, rule, severity, code, ...}]}
+                   asserts: [{kind, field, label, rule, id, severity, code, ...}]}
     replies        every method that answers a request
     grammars       null, or {connection, channel}: {main, regions, expected}, a DFA being
                    {delta: [[[dir, name, next], ...] per state], final: [...], regions: [[...] per state]}
@@ -188,12 +188,13 @@ def _field_asserts(spec: Spec, m: Method, f: Field) -> list[dict[str, Any]]:
             sev = WARNING  # old clients send non-zero tickets; brokers ignore them
         elif a.check == "ne" and f.name == "ticket":
             sev = DEVIATION  # 0-9's access tickets: 0-9-1 dropped them
-        rule = f"{m.full_name}.{f.name}.assert-{a.check}".replace(" ", "-")
+        rule = ident = f"{m.full_name}.{f.name}.assert-{a.check}".replace(" ", "-")
         code = spec.constant("syntax-error") if sev != WARNING else None
         if syntax is not None and a.check in ("regexp", "length"):
             rule = f"{m.full_name}.{f.name}.syntax"
             code = spec.constant(syntax.on_failure) if syntax.on_failure else code
-        rec: dict[str, Any] = {"kind": a.check, "field": f.ident, "label": f.name, "rule": rule,
+        # "id": the assert's own id, which rules_tables' assert_codes are keyed by
+        rec: dict[str, Any] = {"kind": a.check, "field": f.ident, "label": f.name, "rule": rule, "id": ident,
                                "severity": sev, "code": code}  # fmt: skip
         rec.update(_assert_params(a, f))
         out.append(rec)

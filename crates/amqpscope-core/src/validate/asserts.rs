@@ -50,6 +50,8 @@ pub struct Assert {
     /// The field's spec name, for messages.
     pub label: String,
     pub rule: String,
+    /// The assert's own id ("….assert-notnull") even where `rule` names the field's syntax rule.
+    pub id: String,
     pub severity: &'static str,
     pub code: Option<i64>,
 }
@@ -213,6 +215,7 @@ mod tests {
             field: "exchange".into(),
             label: "exchange".into(),
             rule: "r".into(),
+            id: "r".into(),
             severity: "deviation",
             code: None,
         };

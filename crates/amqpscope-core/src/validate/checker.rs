@@ -768,10 +768,16 @@ fn asserts(
         };
         if let Some(problem) = a.check(value, &cs.ctx) {
             let msg = format!("{} {} {problem}", method_text(ev), a.label);
-            out.push(
-                t.cat
-                    .finding_with(&ev.base, &a.rule, a.severity, msg, &[], a.code),
-            );
+            let mut f = t
+                .cat
+                .finding_with(&ev.base, &a.rule, a.severity, msg, &[], a.code);
+            // issue #16: the code of the spec rule the assert restates (and RabbitMQ's answer
+            // where it differs), not the generic syntax-error
+            if let Some((code, rabbitmq)) = t.rules.assert_code(&a.id) {
+                f.code = Some(code);
+                f.rabbitmq_code = rabbitmq;
+            }
+            out.push(f);
         }
     }
 }

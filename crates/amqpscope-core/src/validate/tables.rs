@@ -226,6 +226,7 @@ fn assert(a: &J) -> Result<Assert, String> {
         field: s(&a["field"]),
         label: s(&a["label"]),
         rule: s(&a["rule"]),
+        id: s(&a["id"]),
         severity: severity(a["severity"].as_str().unwrap_or_default())
             .ok_or("validation tables: unknown severity")?,
         code: a["code"].as_i64(),
