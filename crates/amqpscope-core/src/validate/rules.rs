@@ -19,13 +19,14 @@ pub mod lifecycle;
 pub mod negotiation;
 pub mod suspects;
 
-use std::collections::{HashMap, HashSet};
-
 use serde_json::Value as Json;
 
 use crate::event::{Dir, Finding, Frame};
 use crate::value::{get, Table, Value};
 
+// the tables' maps are keyed by spec names and filled only from the tables (a capture's names are
+// looked up, never inserted): the fast hasher, as the checker's spec-keyed maps
+use super::fxhash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use super::pyrepr::str_value;
 use super::state::di;
 
