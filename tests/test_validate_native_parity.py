@@ -34,7 +34,16 @@ PORTS = frozenset({5672, 5673, 25672})
 
 # (input name, rule) -> why the core's finding differs from the Python validator's: the defects
 # issue 16 names, fixed in the core. Filled as the fixes land.
-CHANGES: dict[tuple[str, str], str] = {}
+CHANGES: dict[tuple[str, str], str] = {
+    ("channel_max_above_offer", "connection.tune-ok.channel-max.assert-le"):
+        "code 530, the spec's rule 'upper-limit' on tune-ok, instead of the generic 502 of an assert",
+    ("exchange_name_empty", "exchange.declare.exchange.assert-notnull"):
+        "code 406, the spec's rule 'syntax' on exchange.declare, with RabbitMQ's 403 beside it",
+    ("exchange_redeclared_with_other_type", "exchange.declare.type.typed"):
+        "RabbitMQ's own answer (406) beside the spec's code",
+    ("frames_after_refused_header", "protocol.header-reply"):
+        "a refused protocol header is a failed connection: a warning saying so, not info",
+}
 
 Record = dict[str, Any]
 
