@@ -236,4 +236,65 @@ mod tests {
         assert!(!fullmatch(&bounded, &[]));
         assert!(!fullmatch(&bounded, &[97, 97, 97]));
     }
+
+    fn of(kind: AssertKind) -> Assert {
+        Assert {
+            kind,
+            field: "f".into(),
+            label: "f".into(),
+            rule: "r".into(),
+            id: "r".into(),
+            severity: "violation",
+            code: None,
+        }
+    }
+
+    fn bad(a: &Assert, v: Value) -> bool {
+        a.check(&v, &HashMap::new()).is_some()
+    }
+
+    #[test]
+    fn every_kind_on_good_and_bad_values() {
+        let s = |t: &str| Value::Str(t.into());
+        let notnull = of(AssertKind::NotNull);
+        assert!(bad(&notnull, s("")) && !bad(&notnull, s("amq.gen-1")));
+        assert_eq!(
+            notnull.check(&Value::UInt(0), &HashMap::new()).as_deref(),
+            Some("is 0")
+        );
+        assert!(!bad(&notnull, Value::UInt(200)));
+        let null = of(AssertKind::Null);
+        assert!(!bad(&null, s("")) && bad(&null, s("oob")));
+        let length = of(AssertKind::Length(127));
+        assert!(bad(&length, s(&"v".repeat(128))) && !bad(&length, s(&"v".repeat(127))));
+        assert!(bad(&length, s(&"é".repeat(64)))); // octets, not characters
+        let ne = of(AssertKind::Ne("0".into()));
+        assert!(bad(&ne, Value::UInt(0)) && !bad(&ne, Value::UInt(1)));
+        assert!(bad(&ne, Value::Bool(false)));
+        let en = of(AssertKind::Enum(vec![
+            "add".into(),
+            "min".into(),
+            "max".into(),
+        ]));
+        let verdicts: Vec<bool> = (0..4).map(|i| bad(&en, Value::UInt(i))).collect();
+        assert_eq!(verdicts, [false, false, false, true]);
+        let syntax = of(AssertKind::Syntax);
+        assert!(!bad(&syntax, s("/data")) && bad(&syntax, s("data")) && !bad(&syntax, s("")));
+    }
+
+    #[test]
+    fn le_compares_with_the_peers_offer_and_zero_is_no_limit() {
+        let le = of(AssertKind::Le {
+            key: "tune.channel-max".into(),
+            method: "connection.tune".into(),
+        });
+        let offer = |n: u64| HashMap::from([("tune.channel-max".to_string(), Value::UInt(n))]);
+        assert_eq!(
+            le.check(&Value::UInt(20), &offer(10)).as_deref(),
+            Some("20 is more than 10 offered in connection.tune")
+        );
+        assert_eq!(le.check(&Value::UInt(10), &offer(10)), None);
+        assert_eq!(le.check(&Value::UInt(5000), &offer(0)), None);
+        assert_eq!(le.check(&Value::UInt(5000), &HashMap::new()), None); // no offer seen
+    }
 }

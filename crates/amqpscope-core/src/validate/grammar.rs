@@ -115,3 +115,120 @@ impl Run {
         false
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: u32 = 1;
+    const P: u32 = 2;
+    const P_OK: u32 = 3;
+    const Q: u32 = 4;
+    const CLOSE: u32 = 5;
+    const CLOSE_OK: u32 = 6;
+
+    fn dfa(edges: &[&[(Term, u32)]], dead: &[bool], regions: &[&[u32]]) -> Dfa {
+        Dfa {
+            delta: edges
+                .iter()
+                .map(|row| row.iter().copied().collect())
+                .collect(),
+            dead: dead.to_vec(),
+            regions: regions.iter().map(|r| r.to_vec()).collect(),
+        }
+    }
+
+    /// "C:A *( C:P S:P-OK / S:Q ) C:CLOSE S:CLOSE-OK": the repetition is region 0, active after A.
+    fn auto() -> Automaton {
+        let (c, s) = (Dir::C2S, Dir::S2C);
+        let main = dfa(
+            &[
+                &[((c, A), 1)],
+                &[((c, CLOSE), 2)],
+                &[((s, CLOSE_OK), 3)],
+                &[],
+            ],
+            &[false, false, false, true],
+            &[&[], &[0], &[], &[]],
+        );
+        let pair = dfa(
+            &[&[((c, P), 1), ((s, Q), 2)], &[((s, P_OK), 2)], &[]],
+            &[false, false, true],
+            &[&[], &[], &[]],
+        );
+        Automaton {
+            main,
+            regions: vec![pair],
+            expected: vec![
+                vec!["C:a".into()],
+                vec!["C:close".into(), "C:p".into(), "S:q".into()],
+            ],
+        }
+    }
+
+    #[test]
+    fn a_rejected_term_leaves_the_run_as_it_was() {
+        let a = auto();
+        let mut r = Run::default();
+        assert!(!r.step(&a, (Dir::C2S, P), false)); // the region is not active before A
+        assert!(!r.step(&a, (Dir::S2C, A), false)); // the right name from the wrong side
+        assert_eq!(r, Run::default());
+        assert!(r.step(&a, (Dir::C2S, A), false));
+        assert!(r.step(&a, (Dir::C2S, P), false));
+        let before = r.clone();
+        assert!(!r.step(&a, (Dir::C2S, CLOSE_OK), false));
+        assert_eq!(r, before);
+        assert_eq!(a.expected(r.state), ["C:close", "C:p", "S:q"]);
+    }
+
+    #[test]
+    fn replies_continue_the_oldest_open_transaction() {
+        let a = auto();
+        let mut r = Run::default();
+        assert!(r.step(&a, (Dir::C2S, A), false));
+        for _ in 0..3 {
+            assert!(r.step(&a, (Dir::C2S, P), false));
+        }
+        assert!(r.step(&a, (Dir::S2C, Q), false)); // a one-term transaction: nothing stays open
+        assert_eq!(r.flights, [(0, 1); 3]);
+        for left in (0..3).rev() {
+            assert!(r.step(&a, (Dir::S2C, P_OK), false));
+            assert_eq!(r.flights.len(), left);
+        }
+        assert!(!r.step(&a, (Dir::S2C, P_OK), false)); // nothing outstanding
+        assert!(r.step(&a, (Dir::C2S, P), true)); // no reply expected: no transaction kept
+        assert!(r.flights.is_empty());
+        assert!(!r.step(&a, (Dir::S2C, P_OK), false));
+    }
+
+    #[test]
+    fn leaving_the_regions_state_drops_its_transactions_and_a_dead_end_restarts() {
+        let a = auto();
+        let mut r = Run::default();
+        assert!(r.step(&a, (Dir::C2S, A), false));
+        assert!(r.step(&a, (Dir::C2S, P), false));
+        assert!(r.step(&a, (Dir::C2S, CLOSE), false));
+        assert!(r.flights.is_empty()); // the region is not active in the closing state
+        assert!(!r.step(&a, (Dir::S2C, P_OK), false));
+        assert!(r.step(&a, (Dir::S2C, CLOSE_OK), false));
+        assert_eq!(r, Run::default()); // final with no way out: the channel number can be reused
+        assert!(r.step(&a, (Dir::C2S, A), false));
+        r.reset();
+        assert_eq!(r, Run::default());
+    }
+
+    #[test]
+    fn in_flight_transactions_are_bounded_oldest_forgotten() {
+        let a = auto();
+        let mut r = Run::default();
+        assert!(r.step(&a, (Dir::C2S, A), false));
+        for _ in 0..MAX_IN_FLIGHT + 5 {
+            assert!(r.step(&a, (Dir::C2S, P), false));
+        }
+        assert_eq!(r.flights.len(), MAX_IN_FLIGHT);
+        for _ in 0..MAX_IN_FLIGHT {
+            assert!(r.step(&a, (Dir::S2C, P_OK), false));
+        }
+        assert!(!r.step(&a, (Dir::S2C, P_OK), false)); // the 5 oldest were forgotten
+    }
+}

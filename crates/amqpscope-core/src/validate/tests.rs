@@ -1,5 +1,5 @@
-//! Unit tests of the checker on hand-written tables (the differential test against the Python
-//! validator, `tests/test_validate_native_parity.py`, runs the real spec's).
+//! Unit tests of the checker on hand-written tables (the golden findings of the real spec's,
+//! `tests/test_validate_findings_golden.py`, were written by the Python validator it replaced).
 
 use std::sync::Arc;
 
