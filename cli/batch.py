@@ -45,7 +45,7 @@ def _conf(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) ->
 @click.option("--driver-memory", default=None, metavar="MEM", help="JVM heap of the embedded Spark, e.g. 2g.")
 @click.option("--conf", "conf", multiple=True, callback=_conf, metavar="KEY=VALUE",
               help="Extra Spark setting (repeatable), e.g. spark.executor.memory=4g.")  # fmt: skip
-@click.option("--no-validate", is_flag=True, help="No findings table (the validator runs in Python, per event).")
+@click.option("--no-validate", is_flag=True, help="No findings table (skips the core's validator).")
 def batch(inputs: tuple[str, ...], out: str, master: str | None, spec: str | None, ports: tuple[int, ...],
           split_size: int, partitions: int | None, driver_memory: str | None,
           conf: tuple[tuple[str, str], ...], no_validate: bool) -> None:  # fmt: skip

@@ -73,7 +73,7 @@ class JobOptions:
     driver_memory: str | None = None
     conf: tuple[tuple[str, str], ...] = ()
     tls_keylog: str = field(default="", repr=False)  # NSS key log text, shipped to every task
-    validate: bool = True  # the validator's findings (Python, per event: the costly part when on)
+    validate: bool = True  # the core validator's findings (in the same decode)
 
 
 @dataclass
@@ -314,7 +314,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--partitions", type=int, default=None, help="number of Spark tasks")
     p.add_argument("--driver-memory", default=None, help="e.g. 2g (embedded Spark only)")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting")
-    p.add_argument("--no-validate", action="store_true", help="no findings table (skips the Python validator)")
+    p.add_argument("--no-validate", action="store_true", help="no findings table (skips the core's validator)")
     return p
 
 

@@ -1,4 +1,4 @@
-"""Rule ids, severities and reply codes: how a broken check becomes a `Finding`.
+"""Rule ids, severities and reply codes: the catalogue the core's validator reports findings by.
 
 Spec rules get ids from where the spec puts them (``<scope>.<rule name>``, e.g.
 ``basic.ack.multiple.exists``) and their reply code from ``on-failure`` resolved through the
@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from amqpscope.dissect.spec import Spec
-from amqpscope.events import Event, Finding
 
 VIOLATION, DEVIATION, WARNING, INFO = "violation", "deviation", "warning", "info"
 SEVERITIES = (VIOLATION, DEVIATION, WARNING, INFO)
@@ -95,14 +94,6 @@ class Catalogue:
         if info is None:  # an assert id or a rule the running spec lacks: no code
             info = self.rules[rid] = RuleInfo(rid, None, "")
         return info
-
-    def finding(self, ev: Event, rid: str, severity: str, message: str, packets: tuple[int, ...] = (),
-                code: int | None = -1, channel: int | None = -1) -> Finding:  # fmt: skip
-        """A finding about ``ev`` (its packet, connection, direction and channel)."""
-        return Finding(packet=ev.packet, ts=ev.ts, conn=ev.conn, dir=ev.dir,
-                       channel=ev.channel if channel == -1 else channel, rule=rid, severity=severity,
-                       code=self.get(rid).code if code == -1 else code, message=message,
-                       packets=packets or (ev.packet,))  # fmt: skip
 
 
 def _spec_rules(spec: Spec):  # type: ignore[no-untyped-def]

@@ -13,8 +13,8 @@ wire exchanges of one channel overlap (pipelined requests, deliveries arriving w
 outstanding, confirms between a declare and its reply). So a repetition ``*x`` at the top level
 of a grammar is not compiled into the main automaton: it becomes a *region* whose body ``x`` is
 a small DFA of "transactions", and any number of transactions may be in flight at once. The main
-automaton (open … close) stays strictly sequential. Everything is precompiled into dicts, so a
-step is a few dict lookups.
+automaton (open … close) stays strictly sequential. The DFAs are data for the core
+(``tables.py`` writes them out): ``crates/amqpscope-core/src/validate/grammar.rs`` runs them.
 """
 
 from __future__ import annotations
@@ -340,57 +340,3 @@ def compile_grammars(spec: Spec) -> Grammars:
     conn = _class_tree(by_name["connection"], spec, {**base, "channel": EPS})
     chan = _class_tree(by_name["channel"], spec, {**base, "functional-class": fc})
     return Grammars(compile_tree("connection", conn), compile_tree("channel", chan), functional)
-
-
-# --- running one automaton ------------------------------------------------------------------------
-
-MAX_IN_FLIGHT = 64  # transactions per region kept; beyond that the oldest is forgotten
-
-
-class Run:
-    """The position of one connection or channel in its automaton."""
-
-    __slots__ = ("auto", "flights", "state")
-
-    def __init__(self, auto: Automaton) -> None:
-        self.auto = auto
-        self.state = 0
-        self.flights: list[tuple[int, int]] = []  # (region, region DFA state) of open transactions
-
-    def step(self, term: Terminal, no_reply: bool = False) -> bool:
-        """Consume a terminal; False when the grammar does not allow it here (state unchanged).
-
-        ``no_reply``: the method's no-wait bit is set, so the transaction it starts ends at once.
-        """
-        auto = self.auto
-        flights = self.flights
-        # 1. the continuation of an open transaction (a reply), oldest first
-        for i, (r, st) in enumerate(flights):
-            nxt = auto.regions[r].delta[st].get(term)
-            if nxt is not None:
-                if auto.regions[r].dead_end(nxt):
-                    del flights[i]
-                else:
-                    flights[i] = (r, nxt)
-                return True
-        # 2. the main sequence (open, close …)
-        nxt = auto.main.delta[self.state].get(term)
-        if nxt is not None:
-            self.state = 0 if auto.main.dead_end(nxt) else nxt  # a closed channel number can be reused
-            active = auto.main.regions[self.state]
-            if flights:
-                self.flights = [f for f in flights if f[0] in active]
-            return True
-        # 3. a new transaction in an active region
-        for r in auto.main.regions[self.state]:
-            nxt = auto.regions[r].delta[0].get(term)
-            if nxt is not None:
-                if not no_reply and not auto.regions[r].dead_end(nxt):
-                    if len(flights) >= MAX_IN_FLIGHT:
-                        del flights[0]
-                    flights.append((r, nxt))
-                return True
-        return False
-
-    def expected(self) -> list[str]:
-        return self.auto.expected(self.state)

@@ -1,6 +1,6 @@
 """The data the core's semantic rules execute (`crates/amqpscope-core/src/validate/rules*`).
 
-`rules_tables(spec)` is the port of what `rules.py` knows about particular methods, as data: which
+`rules_tables(spec)` is what the core's rules know about particular methods, as data: which
 handler of the functional rules a (direction, method) goes to, the spec's reply codes, the client
 rules a server's refusal proves, the reserved-name rules, and the few RabbitMQ behaviours the
 rules rely on, each with its source. The checker's tables put it under key ``"rules"``.
@@ -68,10 +68,10 @@ SUSPECT_NAMES = ("exchange.declare", "exchange.delete", "queue.declare", "basic.
 # server has (the default exchange and the amq.* ones, exchange.declare.exchange "reserved").
 STANDARD_TYPES = ("direct", "fanout", "topic", "headers")
 STANDARD_EXCHANGES = ("", "amq.direct", "amq.fanout", "amq.topic", "amq.headers", "amq.match")
-# exchange -> type known before anything is declared (state.py STANDARD_TYPES)
+# exchange -> type known before anything is declared
 KNOWN_TYPES = {"amq.direct": "direct", "amq.fanout": "fanout", "amq.topic": "topic", "amq.headers": "headers",
                "amq.match": "headers"}  # fmt: skip
-MAX_SUSPECTS = 16  # suspect publishes per channel (rules.py MAX_SUSPECTS)
+MAX_SUSPECTS = 16  # suspect publishes per channel
 
 # --- exclusive queues --------------------------------------------------------------------------------
 
@@ -135,7 +135,7 @@ def assert_code(spec: Spec, m: Method, f: Field, a: Assert) -> tuple[str, int] |
 
 
 def assert_rule_id(m: Method, f: Field, a: Assert) -> str:
-    """The id asserts.py gives the finding of an assert (before its `.syntax` renaming)."""
+    """The id the core gives the finding of an assert (before its `.syntax` renaming)."""
     return f"{m.full_name}.{f.name}.assert-{a.check}".replace(" ", "-")
 
 
@@ -173,7 +173,7 @@ def refusal_rules(spec: Spec) -> list[dict[str, Any]]:
 def _reserved_names(spec: Spec) -> dict[str, list[str]]:
     """method -> [field ident, rule id] of its field's "reserved" rule (names starting "amq."):
     exchange.declare exchange and queue.declare queue in 0-9-1; 0-9 names the queue's rule
-    "reserved-prefix" (rules.py used the 0-9-1 ids for every spec)."""
+    "reserved-prefix" (the Python validator used the 0-9-1 ids for every spec)."""
     out: dict[str, list[str]] = {}
     for m in spec.methods():
         for f in m.fields:

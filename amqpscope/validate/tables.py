@@ -35,9 +35,9 @@ except ImportError:  # pragma: no cover - Python < 3.11
     import sre_parse  # type: ignore[no-redef]
 
 
-# Self-contained apart from findings.py (the catalogue), grammar.py (the grammar compiler) and
-# rules_tables.py: the Python validator's runtime modules (validator, state, frames, pairing,
-# asserts, rules) can go without touching this one.
+# Imports only findings.py (the catalogue), grammar.py (the grammar compiler) and rules_tables.py;
+# the Python per-packet validator these tables were ported from is gone (issue 16): the core
+# (crates/amqpscope-core/src/validate/) is the one implementation.
 
 
 def validation_tables(spec: Spec) -> str:
@@ -62,7 +62,7 @@ def validation_tables(spec: Spec) -> str:
         g = None  # a stripped spec file without grammars: the other checks still run
     if g is not None:
         doc["grammars"] = {"connection": _automaton(g.connection), "channel": _automaton(g.channel)}
-        # the connection automaton's state after a close from either side (validator.py close_state)
+        # the connection automaton's state after a close from either side (checker.rs applies it)
         close: dict[str, int] = {}
         for row in g.connection.main.delta:
             for (d, name), nxt in row.items():
@@ -85,7 +85,7 @@ def _rules(spec: Spec) -> Any:
     return rules_tables(spec)
 
 
-# --- frame types (frames.py) ------------------------------------------------------------------------
+# --- frame types (frames.rs) ------------------------------------------------------------------------
 
 # frame type names the session uses for each spec constant (0-9's out-of-band frames included)
 _TYPE_NAMES = {"frame-method": "method", "frame-header": "header", "frame-body": "body",
@@ -100,7 +100,7 @@ def frame_types(spec: Spec) -> frozenset[str]:
     )
 
 
-# --- pairing and chassis (pairing.py) ----------------------------------------------------------------
+# --- pairing and chassis (pairing.rs) ----------------------------------------------------------------
 
 # Fix-ups the XML gets wrong (checklist §4): update-secret travels C→S and its -ok S→C although the
 # extended XML's chassis say the opposite; basic.recover has no <response> (errata §28).
@@ -142,7 +142,7 @@ def _method(spec: Spec, m: Method, pairing: _Pairing) -> dict[str, Any]:
         "nowait": pairing.no_wait.get(name),
         "replies": sorted(replies) if replies is not None else None,
         # RabbitMQ's consumer-cancel notification: a server-sent basic.cancel may go unanswered
-        # (pairing.py's optional request)
+        # (pairing.rs's optional request)
         "optional_from": ["s2c"] if name == "basic.cancel" else [],
         "asserts": [a for f in m.fields for a in _field_asserts(spec, m, f)],
     }
@@ -168,10 +168,10 @@ def _automaton(a: Automaton) -> dict[str, Any]:
     }
 
 
-# --- asserts (asserts.py's compile, as data) ---------------------------------------------------------
+# --- asserts (as data; asserts.rs checks them) ---------------------------------------------------------
 
 _KINDS = ("notnull", "null", "length", "regexp", "ne", "le", "enum", "syntax")
-# Real brokers accept what these asserts forbid (asserts.py): a deviation, not a violation
+# Real brokers accept what these asserts forbid: a deviation, not a violation
 _LENIENT = {("regexp", "domain:exchange-name"), ("regexp", "domain:queue-name"),
             ("length", "domain:exchange-name"), ("length", "domain:queue-name"),
             ("notnull", "domain:reply-code"), ("notnull", "domain:reply-text")}  # fmt: skip

@@ -1,5 +1,5 @@
-//! The spec's `<assert>` elements as data (`amqpscope/validate/asserts.py`): each one a check on
-//! one decoded field, with the message text Python writes.
+//! The spec's `<assert>` elements as data (compiled by `amqpscope/validate/tables.py`): each one a
+//! check on one decoded field, with its message text.
 
 use std::collections::HashMap;
 

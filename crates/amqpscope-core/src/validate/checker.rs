@@ -1,4 +1,4 @@
-//! The checker (`amqpscope/validate/validator.py` `_Checker`): the state of one capture, fed
+//! The checker: the state of one capture, fed
 //! event by event. Per connection it runs the connection grammar on channel 0 and, per channel,
 //! the channel grammar, the chassis, pairing, the frame rules, the field asserts and the semantic
 //! rules (`rules.rs`).
@@ -649,7 +649,7 @@ impl Checker {
     }
 }
 
-/// The fast paths of validator.py for the commonest frames: a header or a body that fits its
+/// The fast paths for the commonest frames: a header or a body that fits its
 /// message, the frame-max and the channel-max. True when the frame needs nothing more.
 fn fast_content(cs: &mut ConnState, ev: &Frame) -> bool {
     let ty = ev.ftype.as_str();

@@ -1,4 +1,4 @@
-//! Frame rules (`amqpscope/validate/frames.py`; spec §4.2.3-4.2.7): frame types, channel 0,
+//! Frame rules (spec §4.2.3-4.2.7): frame types, channel 0,
 //! sizes, content order.
 
 use super::catalogue::{DEVIATION, VIOLATION, WARNING};

@@ -1,5 +1,5 @@
-//! Running the class grammars (`amqpscope/validate/grammar.py` compiles them to DFAs; this is its
-//! `Run.step`). A grammar is a sequential main DFA plus "regions": top-level repetitions whose
+//! Running the class grammars (`amqpscope/validate/grammar.py` compiles them to DFAs; this runs
+//! them). A grammar is a sequential main DFA plus "regions": top-level repetitions whose
 //! body runs as concurrent transactions, because the exchanges of one channel overlap on the wire.
 
 use super::fxhash::FxHashMap;
@@ -8,7 +8,7 @@ use crate::event::Dir;
 /// A terminal: a method name (interned, see `ValidationTables::sym`) sent in one direction.
 pub type Term = (Dir, u32);
 
-/// Transactions kept in flight per run; beyond that the oldest is forgotten (grammar.py's MAX_IN_FLIGHT).
+/// Transactions kept in flight per run; beyond that the oldest is forgotten .
 pub const MAX_IN_FLIGHT: usize = 64;
 
 /// One DFA: `delta[state]` maps a terminal to the next state.

@@ -1,4 +1,4 @@
-//! Request/response pairing (`amqpscope/validate/pairing.py`): which reply answers which
+//! Request/response pairing: which reply answers which
 //! request (the spec's `<response>`), outstanding requests per channel and direction.
 
 use super::catalogue::{VIOLATION, WARNING};

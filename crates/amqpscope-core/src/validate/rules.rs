@@ -1,4 +1,4 @@
-//! Semantic rules a passive observer can decide (`amqpscope/validate/rules.py`, checklist §3
+//! Semantic rules a passive observer can decide (checklist §3
 //! "yes"/"partly", §3.1): each function looks at one decoded method frame with the state of its
 //! connection and channel. Rule ids come from the spec (`<scope>.<rule name>`).
 //!
@@ -7,7 +7,7 @@
 //! `amqpscope/validate/rules_tables.py` out of the spec; a rule id written here is the spec's rule
 //! (or the catalogue's own) that the check is about.
 //!
-//! The checker calls, in `validator.py`'s order: `lifecycle::connection_close`,
+//! The checker calls, in this order: `lifecycle::connection_close`,
 //! `lifecycle::channel_lifecycle`, `negotiation::negotiation`, `negotiation::capability`,
 //! `negotiation::close_codes`, `suspects::suspects_on_connection_close`, `suspects::refused`,
 //! `deliveries::functional`, `suspects::suspects` (when `t.suspect_names` has the method and the

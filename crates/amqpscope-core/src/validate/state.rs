@@ -1,4 +1,4 @@
-//! What the validator remembers per connection and per channel (`amqpscope/validate/state.py`).
+//! What the validator remembers per connection and per channel.
 //! `World` (what connections learn from each other) is in `world.rs`.
 //!
 //! Python's dicts keyed by direction ("c2s"/"s2c") are two-slot arrays indexed by `di(dir)`; the

@@ -42,7 +42,7 @@ impl MethodInfo {
         self.is_reply || self.replies.is_some()
     }
 
-    /// Its no-wait bit is set in `args` (pairing.py `nowait`).
+    /// Its no-wait bit is set in `args` .
     pub fn nowait(&self, args: Option<&crate::value::Table>) -> bool {
         let (Some(key), Some(args)) = (&self.nowait, args) else {
             return false;
@@ -121,7 +121,7 @@ impl ValidationTables {
         self.replies.contains(name) || self.methods.get(name).is_some_and(|m| m.replies.is_some())
     }
 
-    /// The method's no-wait bit is set in `args` (pairing.py `nowait`).
+    /// The method's no-wait bit is set in `args` .
     pub fn nowait(&self, name: &str, args: Option<&crate::value::Table>) -> bool {
         self.methods.get(name).is_some_and(|m| m.nowait(args))
     }

@@ -1,5 +1,5 @@
 //! What one connection can learn about the broker from the others in the same capture
-//! (`World` of `amqpscope/validate/state.py`).
+//! (ported from the `World` of the Python validator, deleted with issue 16).
 //!
 //! Like Python, the maps grow with the distinct names the capture declares and shrink when their
 //! connections end (`forget`): they hold what the capture itself named, nothing per frame.

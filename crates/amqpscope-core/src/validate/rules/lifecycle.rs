@@ -13,7 +13,7 @@ use super::Verdict;
 /// After one peer's connection.close the other may send only close or close-ok (the connection
 /// grammar's `S:CLOSE C:CLOSE-OK`, and the closer discards the rest: rule `stability`). Frames of
 /// the other peer that were in flight when the close was sent are legal, and the capture cannot
-/// show when the close reached that peer, so `rules.py` let every one of them pass: a client that
+/// show when the close reached that peer, so the Python validator let every one of them pass: a client that
 /// went on publishing or declaring after the server's close was never reported. Here a frame of the
 /// other peer is reported (once per close) when the capture proves it was sent after the close
 /// arrived (`CloseWatch::evidence`).
@@ -270,10 +270,10 @@ fn closed(ch: &mut ChanState) {
     ch.closing = if crossing > 0 { closing } else { None };
 }
 
-/// The server's protocol header answering the client's (`validator.py` `_header`, server side):
+/// The server's protocol header answering the client's:
 /// the server cannot serve the version the client asked for, and by the spec's connection.start
 /// rule "protocol-name" it answers with a valid protocol header of its own and then closes the
-/// socket. The server is right, but the connection has failed: `rules.py`'s info hid that a client
+/// socket. The server is right, but the connection has failed: the Python validator's info hid that a client
 /// (an AMQP 1.0 or 0-10 one, 'AMQP' 1 1 0 10, against a 0-9-1 broker) never got connected (issue
 /// #16). A warning that names the cause. An invalid header from the server stays a violation.
 /// `asked`: the version of the client's header, if one was seen.
