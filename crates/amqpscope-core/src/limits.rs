@@ -39,6 +39,16 @@ pub struct Limits {
     pub tls_seq_search: u32,
     /// Secrets kept from key logs.
     pub tls_keylog_entries: usize,
+    /// Validation: outstanding synchronous requests kept per channel and direction; beyond it the
+    /// oldest is forgotten (a peer that sends this many without a reply was reported long since,
+    /// sync.pipelined).
+    pub validate_pending: usize,
+    /// Validation: findings held per connection for the peer's reaction; beyond it the oldest is
+    /// released without waiting further (a peer that sends nothing while the other floods).
+    pub validate_held: usize,
+    /// Validation: packets a violation was reported for, per connection (so that later rules do
+    /// not report them again); the set is cleared when it grows past this.
+    pub validate_flagged: usize,
 }
 
 impl Default for Limits {
@@ -62,6 +72,9 @@ impl Default for Limits {
             tls_handshake_bytes: 1 << 20,
             tls_seq_search: 4096,
             tls_keylog_entries: 1_000_000,
+            validate_pending: 65536,
+            validate_held: 65536,
+            validate_flagged: 65536,
         }
     }
 }

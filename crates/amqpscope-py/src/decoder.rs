@@ -310,7 +310,7 @@ pub fn make_engine(
     Ok(match validation {
         Some(text) => {
             let checks = ValidationTables::from_json(text).map_err(PyValueError::new_err)?;
-            engine.with_validator(Validator::new(Arc::new(checks)))
+            engine.with_validator(Validator::new(Arc::new(checks), limits))
         }
         None => engine,
     })

@@ -19,10 +19,11 @@ use super::frames::{check_content, check_frame, malformed, method_text};
 use super::fxhash::FxHashMap;
 use super::pyrepr::{as_int, fixed1, repr, str_value, truthy};
 use super::rules::{deliveries, lifecycle, negotiation, suspects, Call};
-use super::state::{di, ChanState, ConnState, Held, FLAGGED_CAP, MAX_HELD};
+use super::state::{di, Bounds, ChanState, ConnState, Held};
 use super::tables::{MethodInfo, ValidationTables};
 use super::world::World;
 use crate::event::{Base, Connection, Dir, Event, Finding, Frame, ProtocolHeader};
+use crate::limits::Limits;
 use crate::value::{get, Table, Value};
 
 /// Peer frames a finding waits for the peer's close before it is emitted without one.
@@ -102,10 +103,11 @@ pub struct Checker {
     order: BTreeMap<u64, i64>,
     seq: u64,
     world: World,
+    bounds: Bounds,
 }
 
 impl Checker {
-    pub fn new(t: Arc<ValidationTables>) -> Checker {
+    pub fn new(t: Arc<ValidationTables>, limits: &Limits) -> Checker {
         let world = World::new(&t.rules.known_types);
         Checker {
             t,
@@ -113,11 +115,13 @@ impl Checker {
             order: BTreeMap::new(),
             seq: 0,
             world,
+            bounds: Bounds::from(limits),
         }
     }
 
     fn conn(&mut self, cid: i64) -> &mut ConnState {
         let has = self.t.grammars.is_some();
+        let bounds = self.bounds;
         let (seq, order) = (&mut self.seq, &mut self.order);
         &mut self
             .conns
@@ -125,7 +129,7 @@ impl Checker {
             .or_insert_with(|| {
                 *seq += 1;
                 order.insert(*seq, cid);
-                (*seq, ConnState::new(has, has))
+                (*seq, ConnState::new(has, has, bounds))
             })
             .1
     }
@@ -560,7 +564,7 @@ impl Checker {
             // a channel whose history the capture does not show: learn, do not judge
             let synced = !cs.lost[0] && !cs.lost[1] && cs.in_order;
             if let Some(slot) = cs.chans.get_mut(idx) {
-                unsure_channel(&t, info, synced, &mut slot.1, ev);
+                unsure_channel(&t, info, synced, &mut slot.1, ev, cs.bounds.pending);
             }
             return;
         }
@@ -604,11 +608,12 @@ impl Checker {
                 }
             }
         }
+        let max_pending = cs.bounds.pending;
         let Some((_, ch)) = cs.chans.get_mut(idx) else {
             return;
         };
         let mut claimed = if info.synchronous() {
-            super::pairing::check(t, info, ch, ev, name, out)
+            super::pairing::check(t, info, ch, ev, name, max_pending, out)
         } else {
             false
         };
@@ -811,6 +816,7 @@ fn unsure_channel(
     synced: bool,
     ch: &mut ChanState,
     ev: &Frame,
+    max_pending: usize,
 ) {
     let name = &*info.name;
     if !synced || (name != "channel.open" && name != "channel.close-ok") {
@@ -826,7 +832,7 @@ fn unsure_channel(
         if let (Some(run), Some((_, auto))) = (ch.run.as_mut(), t.grammars.as_ref()) {
             run.step(auto, (ev.base.dir.unwrap_or(Dir::C2S), info.sym), false);
         }
-        super::pairing::check(t, info, ch, ev, name, &mut Vec::new());
+        super::pairing::check(t, info, ch, ev, name, max_pending, &mut Vec::new());
     }
 }
 
@@ -846,7 +852,7 @@ fn emit(cs: &mut ConnState, new: Vec<Finding>, ev: Option<&Frame>, out: &mut Vec
     }
     for f in new {
         if f.severity == VIOLATION {
-            if cs.flagged.len() > FLAGGED_CAP {
+            if cs.flagged.len() > cs.bounds.flagged {
                 cs.flagged.clear();
             }
             cs.flagged.insert(f.base.packet);
@@ -855,7 +861,7 @@ fn emit(cs: &mut ConnState, new: Vec<Finding>, ev: Option<&Frame>, out: &mut Vec
             if let Some(d) = f.base.dir {
                 let reacts = f.code.is_some() && f.severity == VIOLATION;
                 if reacts || !stateless(&f.rule) {
-                    if cs.held.len() >= MAX_HELD {
+                    if cs.held.len() >= cs.bounds.held {
                         if let Some(oldest) = cs.held.pop_front() {
                             out.push(release(oldest, "too many findings waited"));
                         }

@@ -37,9 +37,10 @@ pub struct Validator {
 }
 
 impl Validator {
-    pub fn new(tables: Arc<ValidationTables>) -> Validator {
+    /// A validator executing `tables`, its memory bounded by `limits` (`validate_*`).
+    pub fn new(tables: Arc<ValidationTables>, limits: &crate::limits::Limits) -> Validator {
         Validator {
-            checker: checker::Checker::new(Arc::clone(&tables)),
+            checker: checker::Checker::new(Arc::clone(&tables), limits),
             tables,
             found: Vec::new(),
         }

@@ -13,6 +13,7 @@ pub fn check(
     ch: &mut ChanState,
     ev: &Frame,
     name: &str,
+    max_pending: usize,
     out: &mut Vec<Finding>,
 ) -> bool {
     let d = ev.base.dir.unwrap_or(Dir::C2S);
@@ -95,7 +96,7 @@ pub fn check(
             }
         }
     }
-    if fifo.len() >= super::state::MAX_PENDING {
+    if fifo.len() >= max_pending {
         fifo.pop_front();
     }
     fifo.push_back(Pending {

@@ -8,6 +8,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use crate::event::{Dir, Finding};
+use crate::limits::Limits;
 use crate::value::{Table, Value};
 
 use super::fxhash::{FxHashMap, FxHashSet};
@@ -129,17 +130,30 @@ pub struct Held {
     pub reacts: bool,
 }
 
-/// Python's `flagged` set is cleared when it grows past this (validator.py).
-pub const FLAGGED_CAP: usize = 65536;
+/// The validator's bounds, from `Limits` (`validate_pending`, `validate_held`, `validate_flagged`),
+/// copied into each connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounds {
+    pub pending: usize,
+    pub held: usize,
+    pub flagged: usize,
+}
 
-/// Outstanding requests kept per channel and direction. Python keeps them all; a peer that sends
-/// this many synchronous requests without a reply has long been reported (sync.pipelined), so the
-/// oldest is forgotten rather than let hostile input grow memory without bound.
-pub const MAX_PENDING: usize = 65536;
+impl From<&Limits> for Bounds {
+    fn from(l: &Limits) -> Bounds {
+        Bounds {
+            pending: l.validate_pending,
+            held: l.validate_held,
+            flagged: l.validate_flagged,
+        }
+    }
+}
 
-/// Findings held per connection for the peer's reaction. Python holds them all; past this the
-/// oldest is released without waiting further (a peer that sends nothing while the other floods).
-pub const MAX_HELD: usize = 65536;
+impl Default for Bounds {
+    fn default() -> Bounds {
+        Bounds::from(&Limits::default())
+    }
+}
 
 #[derive(Debug, Clone, Default)]
 pub struct ConnState {
@@ -196,15 +210,17 @@ pub struct ConnState {
     /// (dir, channel) with a method since the gap.
     pub content_fresh: FxHashSet<(Dir, u16)>,
     pub held: VecDeque<Held>,
-    /// Packets a violation was reported for (cleared past FLAGGED_CAP).
+    /// Packets a violation was reported for (cleared past `bounds.flagged`).
     pub flagged: HashSet<u64>,
+    pub bounds: Bounds,
 }
 
 impl ConnState {
-    pub fn new(conn_grammar: bool, chan_grammar: bool) -> ConnState {
+    pub fn new(conn_grammar: bool, chan_grammar: bool, bounds: Bounds) -> ConnState {
         ConnState {
             run: conn_grammar.then(Run::default),
             chan_grammar,
+            bounds,
             trusted: true,
             in_order: true,
             ..ConnState::default()

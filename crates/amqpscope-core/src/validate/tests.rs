@@ -82,7 +82,11 @@ fn method(packet: u64, dir: Dir, channel: u16, name: &str, args: Table) -> Event
 }
 
 fn run(events: &[Event]) -> Vec<super::super::event::Finding> {
-    let mut v = Validator::new(Arc::new(tables()));
+    run_with(events, &crate::limits::Limits::default())
+}
+
+fn run_with(events: &[Event], limits: &crate::limits::Limits) -> Vec<super::super::event::Finding> {
+    let mut v = Validator::new(Arc::new(tables()), limits);
     let mut out = Vec::new();
     for ev in events {
         v.feed(ev, &mut out);
@@ -191,4 +195,46 @@ fn frame_like(packet: u64, dir: Dir, channel: u16) -> Frame {
         Event::Frame(f) => *f,
         _ => unreachable!(),
     }
+}
+
+/// The validator's bounds come from `Limits`: outstanding requests per channel and direction, and
+/// findings held per connection for the peer's reaction.
+#[test]
+fn bounds_come_from_limits() {
+    use crate::limits::Limits;
+    let header = Event::ProtocolHeader(ProtocolHeader {
+        base: Base {
+            channel: None,
+            ..base(1, Dir::C2S, 0)
+        },
+        version: "0-9-1".into(),
+        raw: *b"AMQP\x00\x00\x09\x01",
+    });
+    let name = |s: &str| -> Table { vec![("name".into(), Value::Str(s.into()))] };
+    // two long names: two assert findings, each held for the server's close
+    let events = [
+        header,
+        method(2, Dir::C2S, 1, "a.req", name("long")),
+        method(3, Dir::C2S, 1, "a.req", name("longer")),
+    ];
+    let reactions = |limits: &Limits| -> Vec<(u64, Option<String>)> {
+        run_with(&events, limits)
+            .into_iter()
+            .filter(|f| f.rule == "a.req.name.assert-length")
+            .map(|f| (f.base.packet, f.peer_reaction))
+            .collect()
+    };
+    let end = Some("no close from the server before the capture ends".to_string());
+    assert_eq!(
+        reactions(&Limits::default()),
+        [(2, end.clone()), (3, end.clone())]
+    );
+    // each packet also holds a grammar.connection finding (a channel before open-ok): with room for
+    // two, packet 3's findings push out packet 2's
+    let two = Limits {
+        validate_held: 2,
+        ..Limits::default()
+    };
+    let early = Some("no close from the server before too many findings waited".to_string());
+    assert_eq!(reactions(&two), [(2, early), (3, end)]);
 }
