@@ -52,8 +52,13 @@ CHANGES: dict[tuple[str, str], tuple[str, dict[str, Any] | None]] = {
         {"code": 406, "rabbitmq_code": 403},
     ),
     ("exchange_redeclared_with_other_type", "exchange.declare.type.typed"): (
-        "RabbitMQ's own answer (406) beside the spec's code",
-        {"rabbitmq_code": 406},
+        "RabbitMQ's own answer (406) beside the spec's code, and the server's close with it is "
+        "RabbitMQ's answer, not a wrong code",
+        {
+            "rabbitmq_code": 406,
+            "peer_reaction": "server sent channel.close 406 at packet 16: "
+            "matches RabbitMQ's answer (the spec says 530)",
+        },
     ),
     ("frames_after_refused_header", "protocol.header-reply"): (
         "a refused protocol header is a failed connection: a warning saying so, not info",

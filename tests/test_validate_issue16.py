@@ -45,7 +45,26 @@ def test_empty_exchange_name_is_the_syntax_rule_406_and_rabbitmq_403() -> None:
     c.close()
     f = _only(cap.findings(), "exchange.declare.exchange.assert-notnull")
     assert (f.packet, f.severity, f.code, f.rabbitmq_code) == (p, "violation", 406, 403)
-    assert f.peer_reaction is not None and f"channel.close 403 at packet {close}" in f.peer_reaction
+    # the close code is RabbitMQ's answer, not the spec's: the reaction says so, not "expected 406"
+    assert f.peer_reaction == (f"server sent channel.close 403 at packet {close}: "
+                               "matches RabbitMQ's answer (the spec says 406)")  # fmt: skip
+
+
+def _empty_exchange_name_answered(reply_code: int) -> tuple[int, Finding]:
+    cap = Capture()
+    c = _ready(cap)
+    c.client(1, "exchange.declare", exchange="", type="direct")
+    close = c.server(1, "channel.close", reply_code=reply_code, class_id=40, method_id=10, reply_text="refused")
+    c.client(1, "channel.close-ok")
+    c.close()
+    return close, _only(cap.findings(), "exchange.declare.exchange.assert-notnull")
+
+
+def test_peer_reaction_with_the_spec_code_or_another() -> None:
+    close, f = _empty_exchange_name_answered(406)  # the spec's code: a plain match
+    assert f.peer_reaction == f"server sent channel.close 406 at packet {close}: matches"
+    close, f = _empty_exchange_name_answered(530)  # neither the spec's nor RabbitMQ's
+    assert f.peer_reaction == f"server sent channel.close 530 at packet {close}: expected 406"
 
 
 def test_tune_ok_channel_max_above_the_offer_is_530() -> None:

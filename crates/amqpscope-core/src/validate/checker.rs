@@ -152,7 +152,7 @@ impl Checker {
                 cs.lose_track();
                 cs.lost[di(m.base.dir.unwrap_or(Dir::C2S))] = true; // until the stream's Resync
                 let f = malformed(&t, m);
-                emit(cs, vec![f], None, out);
+                emit(&t, cs, vec![f], None, out);
             }
             Event::Gap(g) => {
                 let cs = self.conn(g.base.conn);
@@ -371,7 +371,7 @@ impl Checker {
                 t.cat
                     .finding_with(b, rule, VIOLATION, msg, &packets, t.cat.code(rule)),
             );
-            emit(cs, new, Some(ev), out);
+            emit(&t, cs, new, Some(ev), out);
             return;
         }
         check_frame(&t, cs, ev, &mut new);
@@ -395,7 +395,7 @@ impl Checker {
             _ => {}
         }
         let cs = self.conn(ev.base.conn);
-        emit(cs, new, Some(ev), out);
+        emit(&t, cs, new, Some(ev), out);
     }
 
     fn method(&mut self, ev: &Frame, out: &mut Vec<Finding>, placed: bool) {
@@ -841,7 +841,13 @@ fn unsure_channel(
 /// Findings to emit now: released held ones, then this frame's. A violation with a reply code
 /// waits up to HOLD_FRAMES of the peer's frames for the peer's close; a finding about the
 /// connection's state waits for the peer's next frame (a gap declared then withdraws it).
-fn emit(cs: &mut ConnState, new: Vec<Finding>, ev: Option<&Frame>, out: &mut Vec<Finding>) {
+fn emit(
+    t: &ValidationTables,
+    cs: &mut ConnState,
+    new: Vec<Finding>,
+    ev: Option<&Frame>,
+    out: &mut Vec<Finding>,
+) {
     if new.is_empty() && cs.held.is_empty() {
         return;
     }
@@ -851,6 +857,8 @@ fn emit(cs: &mut ConnState, new: Vec<Finding>, ev: Option<&Frame>, out: &mut Vec
         }
     }
     for f in new {
+        // RabbitMQ's answer is known before the peer's reaction is judged against it
+        let f = t.rules.with_rabbitmq(f);
         if f.severity == VIOLATION {
             if cs.flagged.len() > cs.bounds.flagged {
                 cs.flagged.clear();
@@ -894,12 +902,20 @@ fn react(cs: &mut ConnState, ev: &Frame, out: &mut Vec<Finding>) {
             || (name == Some("channel.close") && ev.base.channel == f.base.channel);
         if h.reacts && closes {
             let code = ev.args.as_ref().and_then(|a| get(a, "reply_code"));
-            let same = match (code.and_then(as_int), f.code) {
+            let sent = code.and_then(as_int);
+            let same = match (sent, f.code) {
                 (Some(c), Some(want)) => c == i128::from(want),
                 _ => code.is_none() && f.code.is_none(),
             };
+            let rabbitmq = sent.is_some() && sent == f.rabbitmq_code.map(i128::from);
             let verdict = if same {
                 "matches".to_owned()
+            } else if rabbitmq {
+                // RabbitMQ's own answer, not the spec's (rules_tables.RABBITMQ_CODES)
+                format!(
+                    "matches RabbitMQ's answer (the spec says {})",
+                    opt_code(f.code)
+                )
             } else {
                 format!("expected {}", opt_code(f.code))
             };
