@@ -147,13 +147,15 @@ def tree_cpu() -> dict[str, float]:
 
 def _warm_worker() -> None:
     """What a Python worker does once, whatever its tasks: import the decoder and pyarrow's
-    conversions (pa.array imports pandas, ~0.2 s), compile the spec and the validator."""
+    conversions (pa.array imports pandas, ~0.2 s), compile the spec and the validation tables."""
     import pyarrow as pa
 
-    from amqpscope.spark import worker
+    from amqpscope.dissect.codec import get_codec
+    from amqpscope.spark import worker  # noqa: F401  (imports the decoder)
 
     pa.array([1])
-    worker._validator(None)
+    codec = get_codec()
+    _ = codec.tables, codec.validation
 
 
 def _warm(batches: Any) -> Any:
