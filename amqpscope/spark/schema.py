@@ -34,8 +34,8 @@ from amqpscope.events import (
     Tls,
 )
 
-SCHEMA_VERSION = 2
-SCHEMA_FINGERPRINT = "ac594a6e757883c6"  # of describe(); see module doc before changing
+SCHEMA_VERSION = 3
+SCHEMA_FINGERPRINT = "e6c751cfce6f0a93"  # of describe(); see module doc before changing
 
 # Partition columns, last in every table: the capture's UTC day (of its first packet) and a stable
 # id of its URI. Rerunning the job over a capture overwrites exactly its partitions.
