@@ -40,6 +40,7 @@ class Options:
     show_credentials: bool = False
     keep_bodies: bool = True  # keep message bodies in memory for --body preview/full
     tls_keylog: str = field(default="", repr=False)  # NSS key log text (--tls-keylog); never shown
+    ledger: bool = False  # also emit the core's ledger events (stats, report, Parquet read them)
 
 
 def read_keylogs(keylog: str | Path | Iterable[str | Path] | None) -> str:
@@ -128,6 +129,7 @@ def open_decoder(
         max_packets,
         select,
         options.tls_keylog or None,
+        options.ledger,
     )
 
 
@@ -208,6 +210,7 @@ def decode_packets(
         options.keep_bodies,
         idle_timeout_ns,
         options.tls_keylog or None,
+        options.ledger,
     )
     return chain.from_iterable(_staged(_engine_batches(engine, iter(packets), stats), stages))
 

@@ -27,6 +27,7 @@ from amqpscope.events import (
     Finding,
     Frame,
     Gap,
+    Ledger,
     Malformed,
     Message,
     ProtocolHeader,
@@ -34,8 +35,8 @@ from amqpscope.events import (
     Tls,
 )
 
-SCHEMA_VERSION = 2
-SCHEMA_FINGERPRINT = "ac594a6e757883c6"  # of describe(); see module doc before changing
+SCHEMA_VERSION = 3
+SCHEMA_FINGERPRINT = "1e9abb322a7adf4b"  # of describe(); see module doc before changing
 
 # Partition columns, last in every table: the capture's UTC day (of its first packet) and a stable
 # id of its URI. Rerunning the job over a capture overwrites exactly its partitions.
@@ -199,6 +200,7 @@ TABLES: dict[str, Table] = {
         _event_table("messages", (Message,), promoted=True),
         _event_table("connections", (Connection, Tls)),
         _event_table("findings", (Finding,)),
+        _event_table("ledger", (Ledger,)),
         _errors_table(),
         _captures_table(),
     )

@@ -8,8 +8,8 @@
 //! orjson 3.x formats them, so the Rust and Python outputs can be compared byte for byte.
 
 use crate::event::{
-    Accounting, Base, Connection, Event, Frame, Gap, Malformed, Message, ProtocolHeader, Resync,
-    Tls,
+    seconds, Accounting, Base, Connection, Event, Frame, Gap, Ledger, Malformed, Message,
+    ProtocolHeader, Resync, Tls,
 };
 use crate::value::{get, Table, Value};
 
@@ -49,6 +49,7 @@ pub fn write_event(ev: &Event, body: BodyMode, out: &mut Vec<u8>) {
         Event::Connection(e) => write_connection(out, e),
         Event::Accounting(e) => write_accounting(out, e),
         Event::Tls(e) => write_tls(out, e),
+        Event::Ledger(e) => write_ledger(out, e),
     }
     out.extend_from_slice(b"}\n");
 }
@@ -238,6 +239,55 @@ fn write_tls(out: &mut Vec<u8>, e: &Tls) {
         ("bytes_s2c", e.bytes_s2c),
     ];
     write_u64s(out, &counts);
+}
+
+fn write_ledger(out: &mut Vec<u8>, e: &Ledger) {
+    key(out, "entry");
+    write_str(out, e.entry.as_str());
+    key(out, "method");
+    write_opt_str(out, e.method.as_deref());
+    key(out, "request");
+    write_opt_str(out, e.request.as_deref());
+    key(out, "tag");
+    write_opt_u64(out, e.tag);
+    key(out, "count");
+    write_u64(out, e.count);
+    for (name, v) in [
+        ("multiple", e.multiple),
+        ("requeue", e.requeue),
+        ("redelivered", e.redelivered),
+        ("returned", e.returned),
+    ] {
+        key(out, name);
+        write_bool(out, v);
+    }
+    key(out, "outcome");
+    write_opt_str(out, e.outcome);
+    for (name, v) in [
+        ("latency", e.latency_ns),
+        ("duration", e.duration_ns),
+        ("idle", e.idle_ns),
+    ] {
+        key(out, name);
+        match seconds(v) {
+            Some(s) => write_f64(out, s),
+            None => out.extend_from_slice(b"null"),
+        }
+    }
+    key(out, "in_flight");
+    write_opt_u64(out, e.in_flight);
+    key(out, "limit");
+    write_opt_u64(out, e.limit);
+    key(out, "consumer_tag");
+    write_opt_str(out, e.consumer_tag.as_deref());
+    key(out, "exchange");
+    write_opt_str(out, e.exchange.as_deref());
+    key(out, "routing_key");
+    write_opt_str(out, e.routing_key.as_deref());
+    key(out, "ref_packet");
+    write_opt_u64(out, e.ref_packet);
+    key(out, "ref_channel");
+    write_opt_u64(out, e.ref_channel.map(u64::from));
 }
 
 fn write_accounting(out: &mut Vec<u8>, e: &Accounting) {

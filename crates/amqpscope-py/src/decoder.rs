@@ -134,7 +134,9 @@ impl Decoder {
     ///
     /// `tls_keylog`: NSS key log text (the contents of `--tls-keylog` files) for TLS connections.
     #[new]
-    #[pyo3(signature = (source, tables, ports = vec![5672], show_credentials = false, keep_bodies = true, max_packets = None, select = None, tls_keylog = None))]
+    ///
+    /// `ledger`: also emit the ledger's events (acks, confirms, pairs, heartbeats).
+    #[pyo3(signature = (source, tables, ports = vec![5672], show_credentials = false, keep_bodies = true, max_packets = None, select = None, tls_keylog = None, ledger = false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -146,9 +148,17 @@ impl Decoder {
         max_packets: Option<u64>,
         select: Option<Py<PyAny>>,
         tls_keylog: Option<String>,
+        ledger: bool,
     ) -> PyResult<Decoder> {
         let limits = Limits::default();
-        let mut engine = make_engine(tables, ports, show_credentials, keep_bodies, &limits)?;
+        let mut engine = make_engine(
+            tables,
+            ports,
+            show_credentials,
+            keep_bodies,
+            ledger,
+            &limits,
+        )?;
         if let Some(text) = tls_keylog {
             engine.add_tls_keys(&text);
         }
@@ -306,6 +316,7 @@ pub fn make_engine(
     ports: Vec<u16>,
     show_credentials: bool,
     keep_bodies: bool,
+    ledger: bool,
     limits: &Limits,
 ) -> PyResult<Engine> {
     let tables = SpecTables::from_json(tables).map_err(PyValueError::new_err)?;
@@ -315,7 +326,12 @@ pub fn make_engine(
         keep_bodies,
         ..Options::default()
     };
-    Ok(Engine::new(Codec::new(tables, limits), options, limits))
+    let engine = Engine::new(Codec::new(tables, limits), options, limits);
+    Ok(if ledger {
+        engine.with_ledger(limits)
+    } else {
+        engine
+    })
 }
 
 pub type Stats = (u64, u64, BTreeMap<String, u64>, Accounting);

@@ -3,8 +3,8 @@
 
 use crate::topy::{DECIMAL, PROBLEM, TIMESTAMP};
 use amqpscope_core::event::{
-    Accounting, Base, Connection, Dir, Event, Frame, Gap, Malformed, Message, ProtocolHeader,
-    Resync, Tls,
+    Accounting, Base, Connection, Dir, Entry, Event, Frame, Gap, Ledger, Malformed, Message,
+    ProtocolHeader, Resync, Tls,
 };
 use amqpscope_core::value::{Name, Table, Value};
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -41,6 +41,7 @@ pub fn event(ev: &Bound<'_, PyAny>) -> PyResult<Event> {
         "connection" => Event::Connection(Box::new(connection(ev, base)?)),
         "accounting" => Event::Accounting(accounting(ev, base)?),
         "tls" => Event::Tls(Box::new(tls(ev, base)?)),
+        "ledger" => Event::Ledger(Box::new(ledger(ev, base)?)),
         other => {
             return Err(PyValueError::new_err(format!(
                 "no core event for kind {other:?}"
@@ -188,6 +189,48 @@ fn tls(ev: &Bound<'_, PyAny>, base: Base) -> PyResult<Tls> {
         records_lost: attr(ev, "records_lost")?,
         bytes_c2s: attr(ev, "bytes_c2s")?,
         bytes_s2c: attr(ev, "bytes_s2c")?,
+    })
+}
+
+fn ledger(ev: &Bound<'_, PyAny>, base: Base) -> PyResult<Ledger> {
+    let entry: String = attr(ev, "entry")?;
+    let entry = Entry::parse(&entry)
+        .ok_or_else(|| PyValueError::new_err(format!("no ledger entry {entry:?}")))?;
+    let outcome = match attr::<Option<String>>(ev, "outcome")? {
+        None => None,
+        Some(o) => Some(
+            amqpscope_core::ledger::outcome(&o)
+                .ok_or_else(|| PyValueError::new_err(format!("no ledger outcome {o:?}")))?,
+        ),
+    };
+    let name = |n: &str| -> PyResult<Option<Name>> {
+        Ok(attr::<Option<String>>(ev, n)?.map(|s| Name::from(s.as_str())))
+    };
+    let ns = |n: &str| -> PyResult<Option<i64>> {
+        Ok(attr::<Option<f64>>(ev, n)?.map(|s| (s * 1e9).round() as i64))
+    };
+    Ok(Ledger {
+        base,
+        entry,
+        method: name("method")?,
+        request: name("request")?,
+        tag: attr(ev, "tag")?,
+        count: attr(ev, "count")?,
+        multiple: attr(ev, "multiple")?,
+        requeue: attr(ev, "requeue")?,
+        redelivered: attr(ev, "redelivered")?,
+        returned: attr(ev, "returned")?,
+        outcome,
+        latency_ns: ns("latency")?,
+        duration_ns: ns("duration")?,
+        idle_ns: ns("idle")?,
+        in_flight: attr(ev, "in_flight")?,
+        limit: attr(ev, "limit")?,
+        consumer_tag: name("consumer_tag")?,
+        exchange: name("exchange")?,
+        routing_key: name("routing_key")?,
+        ref_packet: attr(ev, "ref_packet")?,
+        ref_channel: attr(ev, "ref_channel")?,
     })
 }
 

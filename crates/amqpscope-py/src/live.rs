@@ -49,7 +49,7 @@ impl LiveDecoder {
     /// Flows without packets for `idle_timeout_ns` are evicted; the run ends after the packet
     /// that completes `max_frames` AMQP frames; `copy_to` receives every record read.
     #[new]
-    #[pyo3(signature = (path, tables, ports = vec![5672], show_credentials = false, keep_bodies = true, idle_timeout_ns = None, max_frames = None, copy_to = None))]
+    #[pyo3(signature = (path, tables, ports = vec![5672], show_credentials = false, keep_bodies = true, idle_timeout_ns = None, max_frames = None, copy_to = None, ledger = false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -61,12 +61,20 @@ impl LiveDecoder {
         idle_timeout_ns: Option<i64>,
         max_frames: Option<u64>,
         copy_to: Option<String>,
+        ledger: bool,
     ) -> PyResult<LiveDecoder> {
         let limits = Limits {
             idle_timeout_ns,
             ..Limits::default()
         };
-        let engine = make_engine(tables, ports, show_credentials, keep_bodies, &limits)?;
+        let engine = make_engine(
+            tables,
+            ports,
+            show_credentials,
+            keep_bodies,
+            ledger,
+            &limits,
+        )?;
         let copy = match copy_to {
             Some(p) => Some(File::create(&p).map_err(|e| {
                 PyOSError::new_err((e.raw_os_error().unwrap_or(0), e.to_string(), p.clone()))

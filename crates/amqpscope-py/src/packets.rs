@@ -29,7 +29,7 @@ fn packet_of(obj: &Bound<'_, PyAny>) -> PyResult<Packet> {
 #[pymethods]
 impl Engine {
     #[new]
-    #[pyo3(signature = (tables, ports = vec![5672], show_credentials = false, keep_bodies = true, idle_timeout_ns = None, tls_keylog = None))]
+    #[pyo3(signature = (tables, ports = vec![5672], show_credentials = false, keep_bodies = true, idle_timeout_ns = None, tls_keylog = None, ledger = false))]
     fn new(
         tables: &str,
         ports: Vec<u16>,
@@ -37,12 +37,20 @@ impl Engine {
         keep_bodies: bool,
         idle_timeout_ns: Option<i64>,
         tls_keylog: Option<String>,
+        ledger: bool,
     ) -> PyResult<Engine> {
         let limits = Limits {
             idle_timeout_ns,
             ..Limits::default()
         };
-        let mut engine = make_engine(tables, ports, show_credentials, keep_bodies, &limits)?;
+        let mut engine = make_engine(
+            tables,
+            ports,
+            show_credentials,
+            keep_bodies,
+            ledger,
+            &limits,
+        )?;
         if let Some(text) = tls_keylog {
             engine.add_tls_keys(&text);
         }
