@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from amqpscope.analysis.rpc import RpcPairing
 from amqpscope.dissect.codec import get_codec
+from amqpscope.dissect.errata import request_table
 
 from .analysis_events import Script, capture_report
 
@@ -93,8 +93,22 @@ def test_latency_pipelining_no_wait_and_the_end_of_the_capture() -> None:
 
 
 def test_recover_is_paired_by_hand_and_the_spec_pairs_the_rest() -> None:
-    rpc = RpcPairing(get_codec().spec)
-    assert rpc.responses["basic.recover"] == ("basic.recover-ok",)
-    assert set(rpc.responses["basic.get"]) == {"basic.get-ok", "basic.get-empty"}
-    assert rpc.responses["confirm.select"] == ("confirm.select-ok",)
-    assert "basic.publish" not in rpc.responses and "basic.recover-async" not in rpc.responses
+    responses = request_table(get_codec().spec)
+    assert responses["basic.recover"] == ("basic.recover-ok",)
+    assert set(responses["basic.get"]) == {"basic.get-ok", "basic.get-empty"}
+    assert responses["confirm.select"] == ("confirm.select-ok",)
+    assert "basic.publish" not in responses and "basic.recover-async" not in responses
+
+
+def test_the_core_pairs_what_the_errata_say() -> None:
+    """The tables hand the errata to the core: the validator's pairing and the ledger agree."""
+    from amqpscope.dissect.tables import compile_tables
+    from amqpscope.validate.pairing import Pairing
+
+    spec = get_codec().spec
+    methods = {m["name"]: m for m in compile_tables(spec)["methods"]}
+    table = request_table(spec)
+    assert {n for n, m in methods.items() if m["synchronous"] and m["responses"]} == set(table)
+    assert methods["basic.recover"]["responses"] == ["basic.recover-ok"] and methods["basic.recover"]["synchronous"]
+    assert methods["confirm.select"]["no_wait"] == "nowait" and methods["queue.declare"]["no_wait"] == "no_wait"
+    assert Pairing(spec).requests["basic.recover"] == frozenset({"basic.recover-ok"})

@@ -13,8 +13,18 @@ use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyT
 
 /// The core event of an `amqpscope.events` object (by its `kind`).
 pub fn event(ev: &Bound<'_, PyAny>) -> PyResult<Event> {
+    event_in(ev, true)
+}
+
+/// As [`event`], `ts` rounded to the nearest nanosecond: for events made by hand, whose float
+/// seconds need not be exactly some nanoseconds (the ledger reads them, nothing writes them back).
+pub fn event_rounded(ev: &Bound<'_, PyAny>) -> PyResult<Event> {
+    event_in(ev, false)
+}
+
+fn event_in(ev: &Bound<'_, PyAny>, exact_ts: bool) -> PyResult<Event> {
     let kind: String = ev.getattr("kind")?.extract()?;
-    let base = base(ev)?;
+    let base = base(ev, exact_ts)?;
     Ok(match kind.as_str() {
         "protocol-header" => Event::ProtocolHeader(ProtocolHeader {
             base,
@@ -54,7 +64,7 @@ fn attr<'py, T: FromPyObjectOwned<'py>>(ev: &Bound<'py, PyAny>, name: &str) -> P
     ev.getattr(name)?.extract().map_err(Into::into)
 }
 
-fn base(ev: &Bound<'_, PyAny>) -> PyResult<Base> {
+fn base(ev: &Bound<'_, PyAny>, exact_ts: bool) -> PyResult<Base> {
     let dir = match attr::<Option<String>>(ev, "dir")?.as_deref() {
         None => None,
         Some("c2s") => Some(Dir::C2S),
@@ -63,7 +73,11 @@ fn base(ev: &Bound<'_, PyAny>) -> PyResult<Base> {
     };
     Ok(Base {
         packet: attr(ev, "packet")?,
-        ts_ns: ts_ns(attr(ev, "ts")?)?,
+        ts_ns: if exact_ts {
+            ts_ns(attr(ev, "ts")?)?
+        } else {
+            (attr::<f64>(ev, "ts")? * 1e9).round() as i64
+        },
         conn: attr(ev, "conn")?,
         dir,
         channel: attr(ev, "channel")?,

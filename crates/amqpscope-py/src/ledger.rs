@@ -44,7 +44,7 @@ impl Ledger {
         if !read_by_ledger(&kind) {
             return Ok(PyList::empty(py));
         }
-        let core = frompy::event(ev)?;
+        let core = frompy::event_rounded(ev)?;
         let mut out = Vec::new();
         {
             let mut ledger = match self.ledger.lock() {
@@ -52,6 +52,24 @@ impl Ledger {
                 Err(poisoned) => poisoned.into_inner(),
             };
             ledger.feed(&core, &mut out);
+        }
+        let events: Vec<Event> = out
+            .into_iter()
+            .map(|o| Event::Ledger(Box::new(o)))
+            .collect();
+        event_list(py, &events)
+    }
+
+    /// The end of the events: what every connection not closed yet still holds, as at the end
+    /// of a capture (`packet` and `ts`, seconds, of the last event).
+    fn finish<'py>(&self, py: Python<'py>, packet: u64, ts: f64) -> PyResult<Bound<'py, PyList>> {
+        let mut out = Vec::new();
+        {
+            let mut ledger = match self.ledger.lock() {
+                Ok(g) => g,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            ledger.finish(packet, (ts * 1e9).round() as i64, &mut out);
         }
         let events: Vec<Event> = out
             .into_iter()

@@ -260,6 +260,10 @@ impl Confirms {
         }
     }
 
+    pub fn conns(&self) -> impl Iterator<Item = i64> + '_ {
+        self.conns.keys().copied()
+    }
+
     pub fn end(&mut self, at: &Base, at_eof: bool, out: &mut Vec<Outcome>) {
         let fate = if at_eof {
             "open at end"

@@ -97,6 +97,10 @@ impl Heartbeats {
     }
 
     /// `tail`: the connection ended on TCP (FIN, RST, end of capture), not after a close-ok.
+    pub fn conns(&self) -> impl Iterator<Item = i64> + '_ {
+        self.conns.keys().copied()
+    }
+
     pub fn end(&mut self, at: &Base, tail: bool, out: &mut Vec<Outcome>) {
         let c = self.conns.remove(&at.conn).unwrap_or_default();
         let twice = c

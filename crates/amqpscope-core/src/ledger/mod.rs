@@ -131,6 +131,34 @@ impl Ledger {
         }
     }
 
+    /// The end of the input for a caller whose events carry no closing `connection` events
+    /// (hand-made streams): every connection still known ends as at the end of a capture, in
+    /// connection order. A decoder's engine never needs it (the session closes every flow).
+    pub fn finish(&mut self, packet: u64, ts_ns: i64, out: &mut Vec<Outcome>) {
+        let mut conns: Vec<i64> = self
+            .deliveries
+            .conns()
+            .chain(self.confirms.conns())
+            .chain(self.pairing.conns())
+            .chain(self.heartbeats.conns())
+            .collect();
+        conns.sort_unstable();
+        conns.dedup();
+        for conn in conns {
+            let base = Base {
+                packet,
+                ts_ns,
+                conn,
+                dir: None,
+                channel: None,
+            };
+            self.deliveries.end(&base, true, out);
+            self.confirms.end(&base, true, out);
+            self.pairing.end(&base, true, out);
+            self.heartbeats.end(&base, true, out);
+        }
+    }
+
     fn frame(&mut self, f: &Frame, out: &mut Vec<Outcome>) {
         self.heartbeats.frame(f, out);
         if f.ftype != "method" {

@@ -179,6 +179,10 @@ impl Pairing {
         self.close_pending(at, at.conn, None, dir.other(), "gap", out);
     }
 
+    pub fn conns(&self) -> impl Iterator<Item = i64> + '_ {
+        self.pending.keys().copied()
+    }
+
     pub fn end(&mut self, at: &Base, at_eof: bool, out: &mut Vec<Outcome>) {
         let why = if at_eof {
             "no reply (capture ended)"
@@ -197,6 +201,7 @@ fn unanswered(at: &Base, channel: u16, dir: Dir, p: Pending, why: &'static str) 
     let mut rec = Outcome::new(base_of(at, Some(channel), Some(dir)), Entry::Pair);
     rec.request = Some(p.method);
     rec.ref_packet = Some(p.packet);
+    rec.duration_ns = Some(since(p.ts_ns, at.ts_ns)); // how long it waited
     rec.outcome = Some(why);
     rec
 }
