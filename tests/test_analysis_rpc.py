@@ -12,17 +12,29 @@ from amqpscope.dissect.codec import get_codec
 from amqpscope.dissect.errata import request_table
 
 from .analysis_events import Script, capture_report
+from .oracle import request_latencies
 
 
-def test_every_synchronous_request_of_s02_and_s04_is_answered() -> None:
+def test_every_synchronous_request_of_s02_and_s04_is_answered(captures_dir: Path) -> None:
     for name in ("s02_pika_confirms.pcap", "s04_pika_consumer_acks.pcap"):
         r = capture_report(name)
         assert r["rpc_unanswered"] == [] and r["rpc_unexpected_replies"] == {}
+        # request → reply times from the packets' timestamps and the oracle's frame numbers
+        want = request_latencies(captures_dir, name)
+        assert set(want) == {m for m, st in r["rpc"].items() if st["answered"]}
         for method, st in r["rpc"].items():
             assert st["unanswered"] == 0 and st["closed_by_peer"] == 0, (name, method)
             assert st["answered"] + st["no_wait"] == st["count"], (name, method)
             if st["answered"]:
-                assert st["latency_ms"]["p50"] is not None and st["latency_ms"]["p50"] >= 0
+                lat = sorted(want[method])
+                assert st["answered"] == len(lat), (name, method)
+                assert st["latency_ms"]["max"] == pytest.approx(lat[-1] * 1000, abs=2e-3), (name, method)
+                assert st["latency_ms"]["p50"] == pytest.approx(_median(lat) * 1000, abs=2e-3), (name, method)
+
+
+def _median(values: list[float]) -> float:
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
 
 
 def test_rpc_counts_follow_the_tshark_oracle(captures_dir: Path) -> None:
