@@ -115,3 +115,20 @@ def test_request_latencies_follow_the_packet_timestamps(captures_dir: Path) -> N
         st = rpc[method]
         assert st["answered"] == len(lat), method
         assert abs(st["latency_ms"]["max"] - max(lat) * 1000) < 0.002, method
+
+
+def test_decode_shows_the_ledger_only_when_asked(tmp_path: Path) -> None:
+    path, bad = _ack_past_the_last_delivery(tmp_path)
+
+    def records(*flags: str) -> list[dict[str, Any]]:
+        result = CliRunner().invoke(cli, ["decode", "-T", "jsonl", *flags, str(path)])
+        assert result.exit_code == 0, result.stderr
+        return [json.loads(line) for line in result.stdout.splitlines()]
+
+    plain, full = records(), records("--ledger")
+    assert "ledger" not in {r["kind"] for r in plain}
+    assert [r for r in full if r["kind"] != "ledger"] == plain
+    (rec,) = [r for r in full if r["kind"] == "ledger" and r["entry"] == "bad-ack"]
+    assert (rec["packet"], rec["tag"], rec["outcome"]) == (bad, 5, "unknown tag")
+    table = CliRunner().invoke(cli, ["decode", "-T", "table", "--ledger", "-Y", 'kind == "ledger"', str(path)])
+    assert "ledger bad-ack basic.ack tag=5 multiple unknown tag" in table.stdout

@@ -39,8 +39,8 @@ pub struct Limits {
     pub tls_seq_search: u32,
     /// Secrets kept from key logs.
     pub tls_keylog_entries: usize,
-    /// Ledger: unacked deliveries, unconfirmed publishes (each) kept across all connections;
-    /// beyond it new ones are reported `untracked` and acks naming them prove nothing.
+    /// Ledger: unacked deliveries, unconfirmed publishes, waiting requests (each) kept across all
+    /// connections; beyond it new ones are reported `untracked` and acks naming them prove nothing.
     pub ledger_tracked: u64,
     /// Ledger: channels with deliveries or confirms kept (each) across all connections.
     pub ledger_channels: u64,

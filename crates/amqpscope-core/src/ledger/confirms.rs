@@ -62,7 +62,7 @@ impl Confirms {
         self.conns.get_mut(&m.conn)?.channels.get_mut(&m.channel)
     }
 
-    pub fn frame(&mut self, m: &Method<'_>, _names: &Names, out: &mut Vec<Outcome>) {
+    pub fn frame(&mut self, m: &Method<'_>, out: &mut Vec<Outcome>) {
         match (m.dir, m.name) {
             (Dir::C2S, "basic.publish") => self.publish(m),
             (Dir::S2C, "basic.ack" | "basic.nack") => self.settle(m, out),

@@ -133,7 +133,7 @@ impl Deliveries {
         Some(c.channels.entry(channel).or_default())
     }
 
-    pub fn frame(&mut self, m: &Method<'_>, _names: &Names, out: &mut Vec<Outcome>) {
+    pub fn frame(&mut self, m: &Method<'_>, out: &mut Vec<Outcome>) {
         match (m.dir, m.name) {
             (Dir::S2C, "basic.deliver") => self.deliver(m, false, out),
             (Dir::S2C, "basic.get-ok") => self.deliver(m, true, out),

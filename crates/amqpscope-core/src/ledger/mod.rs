@@ -81,13 +81,26 @@ pub fn outcome(s: &str) -> Option<&'static str> {
         .copied()
 }
 
+/// A record that proves the peer broke the protocol (what RabbitMQ answers with channel.close
+/// 406 PRECONDITION_FAILED "unknown delivery tag"), as opposed to what the capture cannot judge
+/// (deliveries before it, gaps, limits): what a validator reports as a finding.
+pub fn is_violation(o: &Outcome) -> bool {
+    match o.entry {
+        Entry::BadAck => matches!(
+            o.outcome,
+            Some("unknown tag" | "already settled" | "wrong channel")
+        ),
+        Entry::BadConfirm => o.outcome == Some("unknown tag"),
+        _ => false,
+    }
+}
+
 /// The protocol bookkeeping of one capture (or live run).
 pub struct Ledger {
     deliveries: deliveries::Deliveries,
     confirms: confirms::Confirms,
     pairing: pairing::Pairing,
     heartbeats: heartbeats::Heartbeats,
-    names: Names,
 }
 
 impl Ledger {
@@ -99,7 +112,6 @@ impl Ledger {
             confirms: confirms::Confirms::new(limits, &names),
             pairing: pairing::Pairing::new(tables, limits),
             heartbeats: heartbeats::Heartbeats::default(),
-            names,
         }
     }
 
@@ -177,8 +189,8 @@ impl Ledger {
             args: f.args.as_ref().unwrap_or(&empty),
         };
         self.pairing.frame(&m, out);
-        self.deliveries.frame(&m, &self.names, out);
-        self.confirms.frame(&m, &self.names, out);
+        self.deliveries.frame(&m, out);
+        self.confirms.frame(&m, out);
     }
 }
 

@@ -33,6 +33,9 @@ pub(crate) struct Pairing {
     pending: HashMap<i64, BTreeMap<(u16, Dir), VecDeque<Pending>>>,
     names: HashMap<Name, Name>,
     max_queue: usize,
+    /// Requests waiting across every connection, and how many may.
+    waiting: u64,
+    max_waiting: u64,
 }
 
 impl Pairing {
@@ -62,6 +65,8 @@ impl Pairing {
             pending: HashMap::new(),
             names,
             max_queue: limits.ledger_queue,
+            waiting: 0,
+            max_waiting: limits.ledger_tracked,
         }
     }
 
@@ -99,6 +104,15 @@ impl Pairing {
             out.push(rec);
             return;
         }
+        let request = Pending {
+            method,
+            ts_ns: m.base.ts_ns,
+            packet: m.base.packet,
+        };
+        if self.waiting >= self.max_waiting {
+            out.push(unanswered(m.base, m.channel, m.dir, request, "untracked"));
+            return;
+        }
         let queue = self
             .pending
             .entry(m.conn)
@@ -109,13 +123,11 @@ impl Pairing {
             if let Some(old) = queue.pop_front() {
                 // a peer that never answers: the oldest request is given up, not kept forever
                 out.push(unanswered(m.base, m.channel, m.dir, old, "untracked"));
+                self.waiting = self.waiting.saturating_sub(1);
             }
         }
-        queue.push_back(Pending {
-            method,
-            ts_ns: m.base.ts_ns,
-            packet: m.base.packet,
-        });
+        self.waiting += 1;
+        queue.push_back(request);
     }
 
     fn answer(&mut self, m: &Method<'_>, reply: &Name, out: &mut Vec<Outcome>) -> bool {
@@ -137,6 +149,7 @@ impl Pairing {
         let Some(req) = queue.remove(i) else {
             return false;
         };
+        self.waiting = self.waiting.saturating_sub(1);
         if queue.is_empty() {
             conn.remove(&key);
         }
@@ -169,6 +182,7 @@ impl Pairing {
             .collect();
         for key in keys {
             for p in c.remove(&key).unwrap_or_default() {
+                self.waiting = self.waiting.saturating_sub(1);
                 out.push(unanswered(at, key.0, key.1, p, why));
             }
         }
@@ -191,6 +205,7 @@ impl Pairing {
         };
         for ((channel, dir), queue) in self.pending.remove(&at.conn).unwrap_or_default() {
             for p in queue {
+                self.waiting = self.waiting.saturating_sub(1);
                 out.push(unanswered(at, channel, dir, p, why));
             }
         }

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use super::{Ledger, Outcome};
+use super::{is_violation, Ledger, Outcome};
 use crate::event::{Base, Connection, Dir, Entry, Event, Frame, Gap};
 use crate::limits::Limits;
 use crate::tables::SpecTables;
@@ -182,6 +182,7 @@ fn ack_multiple_past_the_last_delivery_is_an_unknown_tag() {
     );
     assert_eq!(bad.outcome, Some("unknown tag"));
     assert_eq!(bad.base.packet, s.packet);
+    assert!(is_violation(bad));
     // nothing was settled: RabbitMQ closed the channel instead
     let end = s.close("eof");
     assert_eq!(tags(&end, Entry::Release), vec![1, 2, 3]);
@@ -324,7 +325,9 @@ fn acks_the_capture_cannot_judge_are_not_called_unknown() {
     let mut s = Script::new();
     // no channel.open: the channel was in use before the capture
     s.deliver(1, 10);
-    assert_eq!(s.ack(1, 4, false)[0].outcome, Some("before capture"));
+    let before = s.ack(1, 4, false);
+    assert_eq!(before[0].outcome, Some("before capture"));
+    assert!(!is_violation(&before[0]), "not the peer's fault");
     let gap = Gap {
         base: s.base(Dir::S2C, None),
         size: 100,
@@ -527,4 +530,27 @@ fn limits_bound_what_is_kept() {
     assert_eq!(s.deliver(1, 2)[0].outcome, Some("untracked"));
     assert_eq!(s.ack(1, 2, false)[0].outcome, Some("untracked"));
     assert_eq!(tags(&s.ack(1, 1, false), Entry::Settle), vec![1]);
+}
+
+#[test]
+fn waiting_requests_are_bounded() {
+    let limits = Limits {
+        ledger_tracked: 2,
+        ledger_queue: 1,
+        ..Limits::default()
+    };
+    let mut s = Script::with_limits(&limits);
+    assert!(s.c(1, "queue.declare", &[]).is_empty());
+    let dropped = s.c(1, "queue.declare", &[]);
+    assert_eq!(
+        (dropped[0].outcome, dropped[0].ref_packet),
+        (Some("untracked"), Some(1))
+    );
+    assert!(s.c(2, "queue.declare", &[]).is_empty());
+    assert_eq!(
+        s.c(3, "queue.declare", &[])[0].outcome,
+        Some("untracked"),
+        "two waiting in all"
+    );
+    assert_eq!(s.s(2, "queue.declare-ok", &[])[0].outcome, Some("answered"));
 }
