@@ -21,12 +21,13 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from types import FrameType
 from typing import Any
 
 import click
 
-from amqpscope.events import Connection, Finding, Frame, Message
+from amqpscope.events import Connection, Finding, Frame, Ledger, Message
 from amqpscope.filter import compile_filter
 from amqpscope.helper import CaptureHelper, choose_helper, describe_exit
 from amqpscope.live import BUFFER_BYTES, DEFAULT_FILTER, LiveCapture, LiveCaptureError, LiveStats
@@ -219,7 +220,9 @@ def sniff(iface: str, bpf: str | None, spec: str | None, ports: tuple[int, ...],
         if analysis_to is not None:
             from amqpscope.analysis.stats import Analyzer
 
-            analyzer = Analyzer(codec.spec)
+            # the core's ledger events feed the analysis; they are not written
+            options = replace(options, ledger=True)
+            analyzer = Analyzer(codec.spec, ledger_in_stream=True)
         stages: tuple[Any, ...] = ()
         if not no_validate:
             from amqpscope.validate.validator import Validator  # the same inline findings as decode
@@ -281,6 +284,10 @@ class _Job:
                 continue
             for ev in batch:
                 t = type(ev)
+                if t is Ledger:
+                    if analyzer is not None:
+                        analyzer.feed(ev)
+                    continue
                 if t is Frame:
                     counts["frames"] += 1
                     if count is not None and counts["frames"] >= count and on_frame_limit is not None:
@@ -334,7 +341,7 @@ class _Job:
         try:
             dec = _native.LiveDecoder(helper.pipe_path, self.codec.tables, _ports(self.options),
                                       self.options.show_credentials, self.options.keep_bodies, self.idle_timeout_ns,
-                                      self.count, self.write_to)  # fmt: skip
+                                      self.count, self.write_to, self.options.ledger)  # fmt: skip
         except BaseException as exc:
             helper.close()
             if isinstance(exc, OSError):
