@@ -16,22 +16,24 @@ pub fn event(ev: &Bound<'_, PyAny>) -> PyResult<Event> {
     event_in(ev, true)
 }
 
-/// As [`event`], `ts` rounded to the nearest nanosecond: for events made by hand, whose float
-/// seconds need not be exactly some nanoseconds (the ledger reads them, nothing writes them back).
-pub fn event_rounded(ev: &Bound<'_, PyAny>) -> PyResult<Event> {
+/// What the ledger reads of an event: `ts` rounded to the nearest nanosecond (events made by hand
+/// need not hold exact nanoseconds, and nothing writes these back), frames without their payload
+/// and content properties (never read by it, and a body frame's payload may be megabytes).
+pub fn ledger_input(ev: &Bound<'_, PyAny>) -> PyResult<Event> {
     event_in(ev, false)
 }
 
-fn event_in(ev: &Bound<'_, PyAny>, exact_ts: bool) -> PyResult<Event> {
+/// `exact`: every field as it is (else as [`ledger_input`] says).
+fn event_in(ev: &Bound<'_, PyAny>, exact: bool) -> PyResult<Event> {
     let kind: String = ev.getattr("kind")?.extract()?;
-    let base = base(ev, exact_ts)?;
+    let base = base(ev, exact)?;
     Ok(match kind.as_str() {
         "protocol-header" => Event::ProtocolHeader(ProtocolHeader {
             base,
             version: attr(ev, "version")?,
             raw: raw8(&attr::<String>(ev, "raw")?)?,
         }),
-        "frame" => Event::Frame(Box::new(frame(ev, base)?)),
+        "frame" => Event::Frame(Box::new(frame(ev, base, exact)?)),
         "message" => Event::Message(Box::new(message(ev, base)?)),
         "gap" => Event::Gap(Gap {
             base,
@@ -116,7 +118,29 @@ fn raw8(hex: &str) -> PyResult<[u8; 8]> {
     Ok(raw)
 }
 
-fn frame(ev: &Bound<'_, PyAny>, base: Base) -> PyResult<Frame> {
+fn frame(ev: &Bound<'_, PyAny>, base: Base, whole: bool) -> PyResult<Frame> {
+    if !whole {
+        let ftype: String = attr(ev, "type")?;
+        let method = ftype == "method";
+        return Ok(Frame {
+            base,
+            size: attr(ev, "size")?,
+            class_id: None,
+            method_id: None,
+            method: if method { attr(ev, "method")? } else { None },
+            args: if method {
+                opt_table(&ev.getattr("args")?)?
+            } else {
+                None
+            },
+            body_size: None,
+            properties: None,
+            resync: false,
+            problem: None,
+            payload: None,
+            ftype,
+        });
+    }
     Ok(Frame {
         base,
         ftype: attr(ev, "type")?,

@@ -44,7 +44,7 @@ impl Ledger {
         if !read_by_ledger(&kind) {
             return Ok(PyList::empty(py));
         }
-        let core = frompy::event_rounded(ev)?;
+        let core = frompy::ledger_input(ev)?;
         let mut out = Vec::new();
         {
             let mut ledger = match self.ledger.lock() {
