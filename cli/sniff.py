@@ -27,7 +27,7 @@ from typing import Any
 
 import click
 
-from amqpscope.events import Connection, Finding, Frame, Message
+from amqpscope.events import Connection, Finding, Frame, Ledger, Message
 from amqpscope.filter import compile_filter
 from amqpscope.helper import CaptureHelper, choose_helper, describe_exit
 from amqpscope.live import BUFFER_BYTES, DEFAULT_FILTER, LiveCapture, LiveCaptureError, LiveStats
@@ -220,7 +220,9 @@ def sniff(iface: str, bpf: str | None, spec: str | None, ports: tuple[int, ...],
         if analysis_to is not None:
             from amqpscope.analysis.stats import Analyzer
 
-            analyzer = Analyzer(codec.spec)
+            # the core's ledger events feed the analysis; they are not written
+            options = dataclasses.replace(options, ledger=True)
+            analyzer = Analyzer(codec.spec, ledger_in_stream=True)
         if not no_validate:
             options = dataclasses.replace(options, validate=True)  # the same inline findings as decode
         job = _Job(iface, DEFAULT_FILTER if bpf is None else bpf, count, duration, write_to, writer, predicate,
@@ -278,6 +280,10 @@ class _Job:
                 continue
             for ev in batch:
                 t = type(ev)
+                if t is Ledger:
+                    if analyzer is not None:
+                        analyzer.feed(ev)
+                    continue
                 if t is Frame:
                     counts["frames"] += 1
                     if count is not None and counts["frames"] >= count and on_frame_limit is not None:
@@ -331,7 +337,8 @@ class _Job:
         try:
             dec = _native.LiveDecoder(helper.pipe_path, self.codec.tables, _ports(self.options),
                                       self.options.show_credentials, self.options.keep_bodies, self.idle_timeout_ns,
-                                      self.count, self.write_to, _validation(self.codec, self.options))  # fmt: skip
+                                      self.count, self.write_to, _validation(self.codec, self.options),
+                                      self.options.ledger)  # fmt: skip
         except BaseException as exc:
             helper.close()
             if isinstance(exc, OSError):

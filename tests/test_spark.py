@@ -34,7 +34,7 @@ from amqpscope.spark.split import decode_slice, flow_key, hash_slice
 from amqpscope.spark.split import plan_slices as plan_flows
 from amqpscope.spark.worker import Slice
 
-COMPARED = ("events", "messages", "connections", "findings")  # event tables compared row by row
+COMPARED = ("events", "messages", "connections", "findings", "ledger")  # event tables compared row by row
 
 
 # --- single-process reference ---------------------------------------------------------------------
@@ -45,7 +45,7 @@ def reference_events(uri: str) -> tuple[list[Event], CaptureError | None]:
     events: list[Event] = []
     try:
         codec = get_codec()
-        for ev in decode_source(local_path(uri), codec, Options(validate=True)):  # as `amqpscope decode` does
+        for ev in decode_source(local_path(uri), codec, Options(validate=True, ledger=True)):  # as `amqpscope decode` does
             events.append(ev)
     except CaptureError as exc:
         return events, exc

@@ -27,6 +27,7 @@ from amqpscope.events import (
     Finding,
     Frame,
     Gap,
+    Ledger,
     Malformed,
     Message,
     ProtocolHeader,
@@ -35,7 +36,7 @@ from amqpscope.events import (
 )
 
 SCHEMA_VERSION = 3
-SCHEMA_FINGERPRINT = "e6c751cfce6f0a93"  # of describe(); see module doc before changing
+SCHEMA_FINGERPRINT = "6594a9faffe50427"  # of describe(); see module doc before changing
 
 # Partition columns, last in every table: the capture's UTC day (of its first packet) and a stable
 # id of its URI. Rerunning the job over a capture overwrites exactly its partitions.
@@ -199,6 +200,7 @@ TABLES: dict[str, Table] = {
         _event_table("messages", (Message,), promoted=True),
         _event_table("connections", (Connection, Tls)),
         _event_table("findings", (Finding,)),
+        _event_table("ledger", (Ledger,)),
         _errors_table(),
         _captures_table(),
     )

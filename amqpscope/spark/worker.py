@@ -235,7 +235,7 @@ def _mine(sl: Slice, config: JobConfig) -> Callable[[FlowKey], bool] | None:
     return lambda key: plan.get(key, hash_slice(key, sl.count)) == sl.index
 
 
-CORE_TABLES = ("events", "messages", "connections")  # built by the core (``Decoder.arrow``)
+CORE_TABLES = ("events", "messages", "connections", "ledger")  # built by the core (``Decoder.arrow``)
 
 
 def slice_constants(sl: Slice) -> dict[str, str]:
@@ -259,7 +259,7 @@ def decode_capture(sl: Slice, config: JobConfig, constants: dict[str, str] | Non
     schemas = {name: file_schema(name) for name in wanted}
     stats = RunStats()
     options = Options(ports=config.ports, show_credentials=False, keep_bodies=False, tls_keylog=config.tls_keylog,
-                      validate=validate)  # fmt: skip
+                      validate=validate, ledger="ledger" in wanted)  # fmt: skip
     error: BaseException | None = None
     written = 0
     stream = None

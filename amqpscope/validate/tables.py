@@ -24,6 +24,7 @@ import json
 import re
 from typing import Any
 
+from amqpscope.dissect import errata
 from amqpscope.dissect.spec import Assert, Field, Method, Spec
 
 from .findings import DEVIATION, VIOLATION, WARNING, Catalogue
@@ -102,14 +103,9 @@ def frame_types(spec: Spec) -> frozenset[str]:
 
 # --- pairing and chassis (pairing.rs) ----------------------------------------------------------------
 
-# Fix-ups the XML gets wrong (checklist §4): update-secret travels C→S and its -ok S→C although the
-# extended XML's chassis say the opposite; basic.recover has no <response> (errata §28).
-DIRECTION_FIXUPS = {"connection.update-secret": frozenset({"c2s"}), "connection.update-secret-ok": frozenset({"s2c"})}
-RESPONSE_FIXUPS = {"basic.recover": ("recover-ok",)}
-
-
 class _Pairing:
-    """Who may send each method (chassis), the replies of each synchronous request, no-wait fields."""
+    """Who may send each method (chassis), the replies of each synchronous request, no-wait fields;
+    the spec's mistakes corrected where they are listed once (``dissect/errata.py``)."""
 
     def __init__(self, spec: Spec) -> None:
         self.senders: dict[str, frozenset[str]] = {}
@@ -117,14 +113,13 @@ class _Pairing:
         self.no_wait: dict[str, str] = {}  # method -> its no-wait argument name
         for m in spec.methods():
             name = m.full_name
-            dirs = frozenset("c2s" if who == "client" else "s2c" for who in m.sent_by())
-            self.senders[name] = DIRECTION_FIXUPS.get(name, dirs)
-            responses = m.responses or RESPONSE_FIXUPS.get(name, ())
+            self.senders[name] = errata.senders(m)
+            responses = errata.responses(m)
             if responses:
-                self.requests[name] = frozenset(f"{m.class_name}.{r}" for r in responses)
-            for f in m.fields:
-                if f.ident in ("no_wait", "nowait"):
-                    self.no_wait[name] = f.ident
+                self.requests[name] = frozenset(responses)
+            no_wait = errata.no_wait_field(m)
+            if no_wait:
+                self.no_wait[name] = no_wait
         self.replies = frozenset(r for rs in self.requests.values() for r in rs)
 
 

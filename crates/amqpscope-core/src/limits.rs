@@ -49,6 +49,14 @@ pub struct Limits {
     /// Validation: packets a violation was reported for, per connection (so that later rules do
     /// not report them again); the set is cleared when it grows past this.
     pub validate_flagged: usize,
+    /// Ledger: unacked deliveries, unconfirmed publishes, waiting requests (each) kept across all
+    /// connections; beyond it new ones are reported `untracked` and acks naming them prove nothing.
+    pub ledger_tracked: u64,
+    /// Ledger: channels with deliveries or confirms kept (each) across all connections.
+    pub ledger_channels: u64,
+    /// Ledger: pending requests per channel and direction, consumers and pending
+    /// consume/get per channel.
+    pub ledger_queue: usize,
 }
 
 impl Default for Limits {
@@ -75,6 +83,9 @@ impl Default for Limits {
             validate_pending: 65536,
             validate_held: 65536,
             validate_flagged: 65536,
+            ledger_tracked: 4_000_000,
+            ledger_channels: 1_000_000,
+            ledger_queue: 1024,
         }
     }
 }
