@@ -168,7 +168,10 @@ impl Confirms {
                 } else {
                     "unknown tag"
                 };
-                out.push(bad(why));
+                let mut rec = bad(why);
+                // the publishes numbered so far: whether the tag was confirmed before or is ahead
+                rec.limit = Some(ch.next_seq.saturating_sub(1));
+                out.push(rec);
             }
             return;
         }

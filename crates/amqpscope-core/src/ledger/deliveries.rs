@@ -67,6 +67,8 @@ struct Chan {
     tx_acks: Vec<TxAck>,
     /// A delivery here was not kept (limits): an ack of an unknown tag proves nothing.
     untracked: bool,
+    /// The server sent channel.close: the broker discards the client's acks until close-ok.
+    closed_by_server: bool,
 }
 
 impl Chan {
@@ -96,6 +98,8 @@ struct Conn {
     channels: BTreeMap<u16, Chan>,
     /// Bytes of this connection were lost: acks and deliveries may be missing.
     gapped: bool,
+    /// The server sent connection.close: the broker discards the client's acks from then on.
+    closed_by_server: bool,
 }
 
 pub(crate) struct Deliveries {
@@ -155,6 +159,21 @@ impl Deliveries {
                 self.release(m.base, m.conn, Some(m.channel), "recovered", out)
             }
             (Dir::C2S, "basic.ack" | "basic.nack" | "basic.reject") => self.settle(m, out),
+            (Dir::S2C, "channel.close") => {
+                // acks in flight towards a closing broker are discarded, not settled or judged
+                if let Some(ch) = self
+                    .conns
+                    .get_mut(&m.conn)
+                    .and_then(|c| c.channels.get_mut(&m.channel))
+                {
+                    ch.closed_by_server = true;
+                }
+            }
+            (Dir::S2C, "connection.close") => {
+                if let Some(c) = self.conns.get_mut(&m.conn) {
+                    c.closed_by_server = true;
+                }
+            }
             (Dir::C2S, "basic.qos") => self.qos(m, out),
             (Dir::C2S, "basic.consume") => {
                 let tag = m.str("consumer_tag").to_owned();
@@ -200,6 +219,8 @@ impl Deliveries {
         let tag = m.u64("delivery_tag");
         let redelivered = m.flag(&["redelivered"]);
         let full = self.tracked >= self.max_tracked;
+        // after a gap acks may be missing: whether a delivery is over the limit is unknown
+        let gapped = self.conns.get(&m.conn).is_some_and(|c| c.gapped);
         let names = self.names.clone();
         let mut rec = m.record(Entry::Deliver);
         rec.method = Some(if via_get { names.get_ok } else { names.deliver });
@@ -277,7 +298,7 @@ impl Deliveries {
         if let Some(t) = &consumer_tag {
             let global = ch.global_prefetch > 0 && ch.in_flight >= ch.global_prefetch;
             if let Some(c) = ch.consumers.get_mut(t) {
-                if global || (c.prefetch > 0 && c.in_flight >= c.prefetch) {
+                if !gapped && (global || (c.prefetch > 0 && c.in_flight >= c.prefetch)) {
                     rec.outcome = Some("over prefetch");
                 }
                 c.in_flight += 1;
@@ -301,6 +322,14 @@ impl Deliveries {
             out.push(bad(m, method, tag, multiple, "before capture"));
             return;
         };
+        if conn.closed_by_server
+            || conn
+                .channels
+                .get(&m.channel)
+                .is_some_and(|ch| ch.closed_by_server)
+        {
+            return; // sent before the client saw the server's close: the broker discards it
+        }
         let gapped = conn.gapped;
         let Some(ch) = conn.channels.get_mut(&m.channel) else {
             // nothing ever delivered on this channel: it was in use before the capture, or the

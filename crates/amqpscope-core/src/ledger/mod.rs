@@ -10,6 +10,15 @@
 //! Every record a connection close causes is returned by the `feed` of that close, and the engine
 //! puts them before the close event, so a reader has the ledger of a connection when it ends.
 //! Memory is bounded by [`Limits`]: what is refused is marked `untracked`, never guessed.
+//!
+//! A verdict that the peer erred ([`is_verdict`]: a `bad-ack` or `bad-confirm` that
+//! [`is_violation`], a delivery `over prefetch`) is proven only once the other direction is known
+//! complete up to it: a hole in that direction, not yet declared, may hide the delivery or
+//! publish an ack names, or the ack that made room for a delivery. So the record waits for the
+//! other direction's next frame (returned by the `feed` of that frame, before the frame's own
+//! records), and a gap in that direction first turns it into what the capture cannot judge
+//! (`after gap`; a delivery: `unacked`); a connection's end returns it as it is. The validator,
+//! which words these records as findings, so reports exactly what the ledger's readers count.
 
 mod confirms;
 mod deliveries;
@@ -95,12 +104,21 @@ pub fn is_violation(o: &Outcome) -> bool {
     }
 }
 
+/// A record that waits for the other direction before it is returned (see the module doc): a
+/// violation, or a delivery over the prefetch limit.
+pub fn is_verdict(o: &Outcome) -> bool {
+    is_violation(o) || (o.entry == Entry::Deliver && o.outcome == Some("over prefetch"))
+}
+
 /// The protocol bookkeeping of one capture (or live run).
 pub struct Ledger {
     deliveries: deliveries::Deliveries,
     confirms: confirms::Confirms,
     pairing: pairing::Pairing,
     heartbeats: heartbeats::Heartbeats,
+    /// Verdicts waiting for the other direction's next frame (see the module doc), oldest first.
+    waiting: Vec<Outcome>,
+    max_waiting: usize,
 }
 
 impl Ledger {
@@ -112,15 +130,25 @@ impl Ledger {
             confirms: confirms::Confirms::new(limits, &names),
             pairing: pairing::Pairing::new(tables, limits),
             heartbeats: heartbeats::Heartbeats::default(),
+            waiting: Vec::new(),
+            max_waiting: limits.ledger_queue.max(1),
         }
     }
 
     /// What `ev` settles, releases, answers or proves missing, appended to `out`.
     pub fn feed(&mut self, ev: &Event, out: &mut Vec<Outcome>) {
         match ev {
-            Event::Frame(f) => self.frame(f, out),
+            Event::Frame(f) => {
+                if let Some(dir) = f.base.dir {
+                    self.release(f.base.conn, Some(dir), false, out);
+                }
+                let start = out.len();
+                self.frame(f, out);
+                self.hold(start, out);
+            }
             Event::Gap(g) => {
                 let (conn, dir) = (g.base.conn, g.base.dir.unwrap_or(Dir::C2S));
+                self.release(conn, Some(dir), true, out);
                 self.deliveries.gap(conn);
                 self.confirms.gap(conn);
                 self.pairing.gap(&g.base, dir, out);
@@ -134,6 +162,7 @@ impl Ledger {
                     channel: None,
                     ..c.base.clone()
                 };
+                self.release(c.base.conn, None, false, out);
                 self.deliveries.end(&base, at_eof, out);
                 self.confirms.end(&base, at_eof, out);
                 self.pairing.end(&base, at_eof, out);
@@ -156,6 +185,7 @@ impl Ledger {
             .collect();
         conns.sort_unstable();
         conns.dedup();
+        self.release_all(out);
         for conn in conns {
             let base = Base {
                 packet,
@@ -169,6 +199,60 @@ impl Ledger {
             self.pairing.end(&base, true, out);
             self.heartbeats.end(&base, true, out);
         }
+    }
+
+    /// The verdicts among `out[start..]` wait for the other direction (see the module doc).
+    fn hold(&mut self, start: usize, out: &mut Vec<Outcome>) {
+        if !out[start..].iter().any(is_verdict) {
+            return;
+        }
+        let mut i = start;
+        while i < out.len() {
+            if is_verdict(&out[i]) {
+                if self.waiting.len() >= self.max_waiting {
+                    // bounded: the oldest is returned as it is
+                    let oldest = self.waiting.remove(0);
+                    out.insert(i, oldest);
+                    i += 1;
+                }
+                self.waiting.push(out.remove(i));
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Return the verdicts of `conn` that a frame (or gap) of direction `dir` settles: those
+    /// about the other direction's frames (every one when `dir` is None), relabelled as what the
+    /// capture cannot judge when `gap`.
+    fn release(&mut self, conn: i64, dir: Option<Dir>, gap: bool, out: &mut Vec<Outcome>) {
+        if self.waiting.is_empty() {
+            return;
+        }
+        let settles = |o: &Outcome| o.base.conn == conn && (dir.is_none() || o.base.dir != dir);
+        if !self.waiting.iter().any(settles) {
+            return;
+        }
+        let mut kept = Vec::with_capacity(self.waiting.len());
+        for mut o in self.waiting.drain(..) {
+            if settles(&o) {
+                if gap {
+                    o.outcome = Some(if o.entry == Entry::Deliver {
+                        "unacked"
+                    } else {
+                        "after gap"
+                    });
+                }
+                out.push(o);
+            } else {
+                kept.push(o);
+            }
+        }
+        self.waiting = kept;
+    }
+
+    fn release_all(&mut self, out: &mut Vec<Outcome>) {
+        out.append(&mut self.waiting);
     }
 
     fn frame(&mut self, f: &Frame, out: &mut Vec<Outcome>) {

@@ -87,6 +87,38 @@ impl Script {
         self.feed(Event::Frame(Box::new(frame)))
     }
 
+    /// `send`, then a heartbeat frame from the other direction: what proves a verdict of the
+    /// ledger (the other direction is complete up to the frame), returned with the frame's records.
+    fn judged(
+        &mut self,
+        dir: Dir,
+        channel: u16,
+        method: &str,
+        args: &[(&str, Value)],
+    ) -> Vec<Outcome> {
+        let mut out = self.send(dir, channel, method, args);
+        out.extend(self.heartbeat(dir.other()));
+        out
+    }
+
+    fn heartbeat(&mut self, dir: Dir) -> Vec<Outcome> {
+        let frame = Frame {
+            base: self.base(dir, Some(0)),
+            ftype: "heartbeat".into(),
+            size: 0,
+            class_id: None,
+            method_id: None,
+            method: None,
+            args: None,
+            body_size: None,
+            properties: None,
+            resync: false,
+            problem: None,
+            payload: None,
+        };
+        self.feed(Event::Frame(Box::new(frame)))
+    }
+
     fn feed(&mut self, ev: Event) -> Vec<Outcome> {
         let mut out = Vec::new();
         self.ledger.feed(&ev, &mut out);
@@ -128,8 +160,10 @@ impl Script {
         )
     }
 
+    /// A client ack, and the server's next frame that proves what the ledger says of it.
     fn ack(&mut self, channel: u16, tag: u64, multiple: bool) -> Vec<Outcome> {
-        self.c(
+        self.judged(
+            Dir::C2S,
             channel,
             "basic.ack",
             &[("delivery_tag", v(tag)), ("multiple", b(multiple))],
@@ -181,7 +215,7 @@ fn ack_multiple_past_the_last_delivery_is_an_unknown_tag() {
         (Entry::BadAck, Some(5), true)
     );
     assert_eq!(bad.outcome, Some("unknown tag"));
-    assert_eq!(bad.base.packet, s.packet);
+    assert_eq!(bad.base.packet, s.packet - 1); // the ack's, proven by the server's next frame
     assert!(is_violation(bad));
     // nothing was settled: RabbitMQ closed the channel instead
     let end = s.close("eof");
@@ -349,7 +383,11 @@ fn prefetch_limits_and_time_at_the_limit() {
     s.consume(1, "w", false);
     s.deliver(1, 1);
     let at = s.deliver(1, 2)[0].base.ts_ns;
-    let over = s.deliver(1, 3);
+    assert!(
+        s.deliver(1, 3).is_empty(),
+        "a verdict: waits for the client's next frame"
+    );
+    let over = s.heartbeat(Dir::C2S);
     assert_eq!(
         (over[0].outcome, over[0].limit),
         (Some("over prefetch"), Some(2))
@@ -394,7 +432,7 @@ fn confirms_number_publishes_and_drop_them_at_close() {
     );
     assert_eq!(tags(&out, Entry::Confirm), vec![1, 2]);
     assert_eq!(
-        s.s(1, "basic.nack", &[("delivery_tag", v(9))])[0].outcome,
+        s.judged(Dir::S2C, 1, "basic.nack", &[("delivery_tag", v(9))])[0].outcome,
         Some("unknown tag")
     );
     let end = s.close("fin");
@@ -553,4 +591,82 @@ fn waiting_requests_are_bounded() {
         "two waiting in all"
     );
     assert_eq!(s.s(2, "queue.declare-ok", &[])[0].outcome, Some("answered"));
+}
+
+#[test]
+fn a_verdict_waits_for_the_other_direction_and_a_gap_first_voids_it() {
+    let mut s = consumer();
+    s.deliver(1, 1);
+    // the server's bytes after its last frame may hold the delivery this ack names
+    let out = s.c(1, "basic.ack", &[("delivery_tag", v(2))]);
+    assert!(out.is_empty(), "waits for the server's next frame: {out:?}");
+    let out = s.c(1, "basic.ack", &[("delivery_tag", v(1))]);
+    assert_eq!(
+        tags(&out, Entry::Settle),
+        vec![1],
+        "the client's own frames prove nothing"
+    );
+    let proof = s.heartbeat(Dir::S2C);
+    assert_eq!(proof.len(), 1);
+    assert_eq!(
+        (proof[0].entry, proof[0].tag, proof[0].outcome),
+        (Entry::BadAck, Some(2), Some("unknown tag"))
+    );
+    assert_eq!(proof[0].base.dir, Some(Dir::C2S), "the record is the ack's");
+
+    s.c(1, "basic.ack", &[("delivery_tag", v(7))]);
+    let base = s.base(Dir::S2C, None);
+    let out = s.feed(Event::Gap(Gap {
+        base,
+        size: 10,
+        lost_frame: None,
+    }));
+    assert_eq!(out.len(), 1);
+    assert_eq!((out[0].tag, out[0].outcome), (Some(7), Some("after gap")));
+    assert!(!is_violation(&out[0]));
+}
+
+#[test]
+fn a_verdict_still_waiting_comes_with_the_connection_end() {
+    let mut s = consumer();
+    s.c(1, "basic.ack", &[("delivery_tag", v(4))]);
+    let end = s.close("fin");
+    assert_eq!(end[0].entry, Entry::BadAck);
+    assert_eq!(end[0].outcome, Some("unknown tag"));
+}
+
+#[test]
+fn no_delivery_is_over_prefetch_after_a_gap() {
+    let mut s = Script::new();
+    s.open(1);
+    s.c(1, "basic.qos", &[("prefetch_count", v(1))]);
+    s.consume(1, "w", false);
+    assert_eq!(s.deliver(1, 1)[0].outcome, Some("unacked"));
+    assert!(s.deliver(1, 2).is_empty());
+    let base = s.base(Dir::C2S, None);
+    // the ack that made room may be in what was lost: the waiting verdict is void, and so is
+    // every later one
+    let out = s.feed(Event::Gap(Gap {
+        base,
+        size: 10,
+        lost_frame: None,
+    }));
+    assert_eq!((out[0].tag, out[0].outcome), (Some(2), Some("unacked")));
+    assert_eq!(s.deliver(1, 3)[0].outcome, Some("unacked"));
+}
+
+#[test]
+fn acks_in_flight_towards_a_closing_broker_are_discarded() {
+    let mut s = consumer();
+    s.deliver(1, 1);
+    s.s(1, "channel.close", &[("reply_code", v(404))]);
+    // sent before the client saw the close: RabbitMQ discards it, settles and judges nothing
+    assert!(s.ack(1, 77, false).is_empty());
+    assert!(s.ack(1, 1, false).is_empty());
+    let out = s.c(1, "channel.close-ok", &[]);
+    assert_eq!(tags(&out, Entry::Release), vec![1]);
+    s.open(1);
+    s.deliver(1, 1);
+    s.s(0, "connection.close", &[("reply_code", v(320))]);
+    assert!(s.ack(1, 9, false).is_empty());
 }
