@@ -18,25 +18,26 @@ from amqpscope.dissect.spec import Assert, Field, Method, Spec
 C2S, S2C = "c2s", "s2c"
 
 # --- the functional rules: (direction, method) -> handler of rules/deliveries.rs … -----------------
-# The handlers keep the per-channel ledgers the spec's rules are about (delivery-tag domain rules,
-# basic.ack multiple.exists, tx.commit/tx.rollback transacted, basic.consume consumer-tag, the
-# queue-known rules of queue.bind/unbind/purge/delete, channel.flow-ok active, basic.qos prefetch).
+# The handlers keep the per-channel state the spec's rules are about (delivery-tag non-zero,
+# confirm mode, tx.commit/tx.rollback transacted, basic.consume consumer-tag, the queue-known rules
+# of queue.bind/unbind/purge/delete, channel.flow-ok active). Delivery tags, confirms and prefetch
+# (basic.ack multiple.exists, delivery-tag channel-local, basic.qos prefetch-count) are the core
+# ledger's: the validator words its outcomes (rules/deliveries.rs from_ledger).
 HANDLERS: dict[tuple[str, str], str] = {
-    (S2C, "basic.deliver"): "deliver", (S2C, "basic.get-ok"): "deliver", (C2S, "basic.get"): "get",
-    (S2C, "basic.get-empty"): "get-empty",
-    (C2S, "basic.ack"): "settle", (C2S, "basic.nack"): "settle", (C2S, "basic.reject"): "settle",
+    (S2C, "basic.deliver"): "deliver", (S2C, "basic.get-ok"): "deliver",
     (S2C, "basic.ack"): "confirm", (S2C, "basic.nack"): "confirm",
-    (C2S, "basic.publish"): "publish", (C2S, "tx.select"): "select", (C2S, "confirm.select"): "select",
-    (C2S, "tx.commit"): "transacted", (C2S, "tx.rollback"): "transacted", (C2S, "basic.recover"): "recover",
+    (C2S, "tx.select"): "select", (C2S, "confirm.select"): "select",
+    (C2S, "tx.commit"): "transacted", (C2S, "tx.rollback"): "transacted",
     (S2C, "queue.declare-ok"): "declare-ok", (C2S, "queue.declare"): "declare",
     (C2S, "queue.bind"): "queue-known", (C2S, "queue.unbind"): "queue-known", (C2S, "queue.purge"): "queue-known",
     (C2S, "queue.delete"): "queue-known",
     (C2S, "basic.consume"): "consume", (S2C, "basic.consume-ok"): "consume-ok",
     (C2S, "basic.cancel"): "cancel", (S2C, "basic.cancel"): "cancel", (S2C, "basic.cancel-ok"): "cancel-ok",
-    (C2S, "basic.qos"): "qos", (S2C, "basic.qos-ok"): "qos",
     (C2S, "channel.flow"): "flow", (S2C, "channel.flow"): "flow", (C2S, "channel.flow-ok"): "flow",
     (S2C, "channel.flow-ok"): "flow",
-    (C2S, "basic.recover-async"): "none",  # only its not-implemented check below
+    # only their not-implemented checks below: deliveries, acks, confirms and prefetch are the
+    # ledger's (the validator reads its outcomes)
+    (C2S, "basic.qos"): "none", (C2S, "basic.publish"): "none", (C2S, "basic.recover-async"): "none",
 }  # fmt: skip
 
 # What RabbitMQ answers with 540 NOT_IMPLEMENTED (a connection error). Source: RabbitMQ's

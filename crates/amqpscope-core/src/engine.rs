@@ -30,14 +30,15 @@ pub struct Engine {
     select: Option<Select>,
     /// Inline validation: each event the session emits is followed by the findings it proves.
     validator: Option<Validator>,
-    /// The events of one step on their way through the validator (reused).
-    checked: Vec<Event>,
+    /// The findings of one event (reused).
     found: Vec<Event>,
     packets: u64,
     tcp_packets: u64,
     tcp: Vec<TcpEvent>,
-    /// Ledger events are made only when asked for (`decode` leaves them out by default).
+    /// The ledger runs when its events are asked for or the validator reads its outcomes.
     ledger: Option<Ledger>,
+    /// Ledger events are emitted only when asked for (`decode` leaves them out by default).
+    emit_ledger: bool,
     /// The session's events of one TCP event, before the ledger's are put among them.
     fresh: Vec<Event>,
     outcomes: Vec<Outcome>,
@@ -52,12 +53,12 @@ impl Engine {
             session: Session::new(codec, options, limits),
             select: None,
             validator: None,
-            checked: Vec::new(),
             found: Vec::new(),
             packets: 0,
             tcp_packets: 0,
             tcp: Vec::new(),
             ledger: None,
+            emit_ledger: false,
             fresh: Vec::new(),
             outcomes: Vec::new(),
             finished: false,
@@ -67,8 +68,15 @@ impl Engine {
     /// Also emit ledger events (after the session stage, from the spec tables' request/response
     /// pairs).
     pub fn with_ledger(mut self, limits: &Limits) -> Engine {
-        self.ledger = Some(Ledger::new(self.session.codec().tables(), limits));
+        self.emit_ledger = true;
+        self.run_ledger(limits);
         self
+    }
+
+    fn run_ledger(&mut self, limits: &Limits) {
+        if self.ledger.is_none() {
+            self.ledger = Some(Ledger::new(self.session.codec().tables(), limits));
+        }
     }
 
     pub fn with_select(mut self, select: Select) -> Engine {
@@ -76,8 +84,11 @@ impl Engine {
         self
     }
 
-    pub fn with_validator(mut self, validator: Validator) -> Engine {
+    /// Validate inline: the ledger runs too (its events emitted only if asked for), since the
+    /// validator reads the delivery-tag, confirm and prefetch mistakes from its outcomes.
+    pub fn with_validator(mut self, validator: Validator, limits: &Limits) -> Engine {
         self.validator = Some(validator);
+        self.run_ledger(limits);
         self
     }
 
@@ -89,25 +100,7 @@ impl Engine {
         };
         self.tcp_packets += 1;
         self.reasm.feed(&seg, &mut self.tcp);
-        let start = out.len();
         self.drain_tcp(out);
-        self.validate_since(start, out);
-    }
-
-    /// The events appended to `out` since `start`, each followed by its findings.
-    fn validate_since(&mut self, start: usize, out: &mut Vec<Event>) {
-        let Some(validator) = self.validator.as_mut() else {
-            return;
-        };
-        if out.len() == start {
-            return;
-        }
-        self.checked.extend(out.drain(start..));
-        for ev in self.checked.drain(..) {
-            validator.feed(&ev, &mut self.found);
-            out.push(ev);
-            out.append(&mut self.found);
-        }
     }
 
     /// The end of the input: holes become gaps, every flow closes ("eof").
@@ -118,24 +111,21 @@ impl Engine {
         self.finished = true;
         self.reasm.finish(&mut self.tcp);
         let last_ts = self.tcp.iter().rev().find_map(ts_of).unwrap_or(0);
-        let start = out.len();
         self.drain_tcp(out);
         for flow in self.session.open_flows() {
             let start = out.len();
             self.session
                 .close_flow(flow, CloseHow::Eof, self.packets, last_ts, out);
-            if let Some(ledger) = self.ledger.as_mut() {
-                ledger_pass(ledger, &mut self.fresh, &mut self.outcomes, start, out);
-            }
+            self.after_session(start, out);
         }
-        self.validate_since(start, out);
         if let Some(validator) = self.validator.as_mut() {
             validator.finish(out);
         }
     }
 
     fn drain_tcp(&mut self, out: &mut Vec<Event>) {
-        for tev in self.tcp.drain(..) {
+        let mut tcp = std::mem::take(&mut self.tcp);
+        for tev in tcp.drain(..) {
             if let Some(select) = self.select.as_mut() {
                 if !select(&tev) {
                     continue;
@@ -143,9 +133,42 @@ impl Engine {
             }
             let start = out.len();
             self.session.handle(tev, out);
+            self.after_session(start, out);
+        }
+        self.tcp = tcp; // its buffer, kept
+    }
+
+    /// The session's events from `start` on through the ledger and the validator: each event
+    /// followed by its findings and its ledger records (when emitted); the records of a
+    /// connection close before it, so that a reader has the connection's ledger when the
+    /// connection ends.
+    fn after_session(&mut self, start: usize, out: &mut Vec<Event>) {
+        if out.len() == start || (self.ledger.is_none() && self.validator.is_none()) {
+            return;
+        }
+        let emit = self.emit_ledger;
+        self.fresh.extend(out.drain(start..));
+        for ev in self.fresh.drain(..) {
             if let Some(ledger) = self.ledger.as_mut() {
-                ledger_pass(ledger, &mut self.fresh, &mut self.outcomes, start, out);
+                ledger.feed(&ev, &mut self.outcomes);
             }
+            if let Some(validator) = self.validator.as_mut() {
+                validator.feed(&ev, &self.outcomes, &mut self.found);
+            }
+            let records = self
+                .outcomes
+                .drain(..)
+                .filter(|_| emit)
+                .map(|o| Event::Ledger(Box::new(o)));
+            if matches!(&ev, Event::Connection(c) if c.state == "close") {
+                out.extend(records);
+                out.push(ev);
+            } else {
+                out.push(ev);
+                out.append(&mut self.found);
+                out.extend(records);
+            }
+            out.append(&mut self.found);
         }
     }
 
@@ -197,33 +220,6 @@ impl Engine {
             tcp_packets: self.tcp_packets,
             tls_bytes: self.session.tls_accounting().0,
             tls_opaque_bytes: self.session.tls_accounting().1,
-        }
-    }
-}
-
-/// The ledger's records for the events from `start` on, each after the event it concerns;
-/// those of a connection close before it, so that a reader has the connection's ledger when the
-/// connection ends.
-fn ledger_pass(
-    ledger: &mut Ledger,
-    fresh: &mut Vec<Event>,
-    outcomes: &mut Vec<Outcome>,
-    start: usize,
-    out: &mut Vec<Event>,
-) {
-    if out.len() == start {
-        return;
-    }
-    fresh.extend(out.drain(start..));
-    for ev in fresh.drain(..) {
-        ledger.feed(&ev, outcomes);
-        let records = outcomes.drain(..).map(|o| Event::Ledger(Box::new(o)));
-        if matches!(&ev, Event::Connection(c) if c.state == "close") {
-            out.extend(records);
-            out.push(ev);
-        } else {
-            out.push(ev);
-            out.extend(records);
         }
     }
 }

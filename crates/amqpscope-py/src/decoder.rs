@@ -319,7 +319,7 @@ pub fn make_engine(
     Ok(match validation {
         Some(text) => {
             let checks = ValidationTables::from_json(text).map_err(PyValueError::new_err)?;
-            engine.with_validator(Validator::new(Arc::new(checks), limits))
+            engine.with_validator(Validator::new(Arc::new(checks), limits), limits)
         }
         None => engine,
     })

@@ -23,6 +23,7 @@ use super::state::{di, Bounds, ChanState, ConnState, Held};
 use super::tables::{MethodInfo, ValidationTables};
 use super::world::World;
 use crate::event::{Base, Connection, Dir, Event, Finding, Frame, ProtocolHeader};
+use crate::ledger::Outcome;
 use crate::limits::Limits;
 use crate::value::{get, Table, Value};
 
@@ -56,6 +57,14 @@ const STATELESS: &[&str] = &[
 /// Judged on one frame alone (field asserts included).
 fn stateless(rule: &str) -> bool {
     STATELESS.contains(&rule) || rule.contains(".assert-") || rule.ends_with(".syntax")
+}
+
+/// Judged by the ledger, which saw the gaps itself (a bad ack or confirm it returns only once
+/// proven): a gap declared later withdraws none of them, as it changes none of its figures.
+fn ledger_rule(rule: &str) -> bool {
+    rule.ends_with(".multiple.exists")
+        || rule == "delivery-tag.channel-local"
+        || rule == "basic.qos.prefetch-count.01"
 }
 
 fn who(d: Dir) -> &'static str {
@@ -140,12 +149,13 @@ impl Checker {
         Some(cs)
     }
 
-    /// The findings `ev` proves (and held ones it releases).
-    pub fn feed(&mut self, ev: &Event, out: &mut Vec<Finding>) {
+    /// The findings `ev` proves (and held ones it releases); `outcomes` are the ledger's records
+    /// of `ev`.
+    pub fn feed(&mut self, ev: &Event, outcomes: &[Outcome], out: &mut Vec<Finding>) {
         match ev {
-            Event::Frame(f) => self.frame_event(f, out),
+            Event::Frame(f) => self.frame_event(f, outcomes, out),
             Event::ProtocolHeader(h) => self.header(h, out),
-            Event::Connection(c) => self.connection(c, out),
+            Event::Connection(c) => self.connection(c, outcomes, out),
             Event::Malformed(m) => {
                 let t = Arc::clone(&self.t);
                 let cs = self.conn(m.base.conn);
@@ -179,7 +189,7 @@ impl Checker {
         self.conns.clear();
     }
 
-    fn connection(&mut self, ev: &Connection, out: &mut Vec<Finding>) {
+    fn connection(&mut self, ev: &Connection, outcomes: &[Outcome], out: &mut Vec<Finding>) {
         let b = &ev.base;
         if ev.state == "open" {
             let cs = self.conn(b.conn);
@@ -190,9 +200,25 @@ impl Checker {
             return;
         }
         self.world.forget(b.conn);
+        // verdicts of the ledger that waited for a frame that never came
+        let mut judged = Vec::new();
+        deliveries::from_ledger(&self.t.cat, outcomes, &mut judged);
+        let t = Arc::clone(&self.t);
+        let held = judged.into_iter().map(|f| {
+            let f = t.rules.with_rabbitmq(f);
+            let reacts = f.code.is_some() && f.severity == VIOLATION;
+            Held {
+                peer: f.base.dir.unwrap_or(Dir::C2S).other(),
+                finding: f,
+                budget: HOLD_FRAMES,
+                reacts,
+            }
+        });
         let Some(mut cs) = self.remove(b.conn) else {
+            out.extend(held.map(|h| release(h, "the connection ends")));
             return;
         };
+        cs.held.extend(held);
         let mut found = Vec::new();
         let ended = ev.ended.as_deref().unwrap_or("None");
         if cs.trusted && !cs.closed {
@@ -306,7 +332,7 @@ impl Checker {
 
     // --- frames --------------------------------------------------------------------------------
 
-    fn frame_event(&mut self, ev: &Frame, out: &mut Vec<Finding>) {
+    fn frame_event(&mut self, ev: &Frame, outcomes: &[Outcome], out: &mut Vec<Finding>) {
         let t = Arc::clone(&self.t);
         let cid = ev.base.conn;
         let p = ev.base.packet;
@@ -322,12 +348,22 @@ impl Checker {
                 out.push(f);
             }
         }
-        self.frame(ev, out);
+        self.frame(ev, outcomes, out);
     }
 
-    fn frame(&mut self, ev: &Frame, out: &mut Vec<Finding>) {
+    fn frame(&mut self, ev: &Frame, outcomes: &[Outcome], out: &mut Vec<Finding>) {
         let t = Arc::clone(&self.t);
         let cs = self.conn(ev.base.conn);
+        if !outcomes.is_empty() {
+            // the ledger's verdicts (delivery tags, confirms, prefetch): a bad ack or confirm comes
+            // with the peer's next frame, which proved it (crate::ledger), and that frame may be
+            // the peer's reaction; held like every finding with a code
+            let mut judged = Vec::new();
+            deliveries::from_ledger(&t.cat, outcomes, &mut judged);
+            if !judged.is_empty() {
+                emit(&t, cs, judged, None, out);
+            }
+        }
         if fast_content(cs, ev) {
             if !cs.held.is_empty() {
                 react(cs, ev, out);
@@ -948,8 +984,9 @@ fn react(cs: &mut ConnState, ev: &Frame, out: &mut Vec<Finding>) {
 /// held findings about the connection's state since then may stem from what was lost.
 fn retract(cs: &mut ConnState, d: Dir) {
     let since = cs.last_data[di(d)];
-    cs.held
-        .retain(|h| h.finding.base.packet <= since || stateless(&h.finding.rule));
+    cs.held.retain(|h| {
+        h.finding.base.packet <= since || stateless(&h.finding.rule) || ledger_rule(&h.finding.rule)
+    });
 }
 
 fn release_all(cs: &mut ConnState, why: &str, out: &mut Vec<Finding>) {

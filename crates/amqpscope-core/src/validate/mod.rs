@@ -1,6 +1,7 @@
 //! Validation: every connection checked against the spec, executed from the tables Python compiles
-//! out of it (`amqpscope.validate.tables`). The engine feeds each event it emits; the findings an
-//! event proves follow it.
+//! out of it (`amqpscope.validate.tables`). The engine feeds each event it emits with the ledger's
+//! outcomes of it (`crate::ledger`, kept once for validation and analytics: delivery tags,
+//! confirms, prefetch); the findings an event proves follow it.
 //!
 //! `checker` runs a capture; `frames`, `pairing`, `asserts`, `grammar` and `catalogue` are its
 //! helpers; `rules` (with `world`) the semantic rules. The one implementation: the Python validator
@@ -26,6 +27,7 @@ mod tests;
 use std::sync::Arc;
 
 use crate::event::Event;
+use crate::ledger::Outcome;
 
 pub use tables::ValidationTables;
 
@@ -46,9 +48,11 @@ impl Validator {
         }
     }
 
-    /// The findings `ev` proves (and held ones it releases), appended to `out`.
-    pub fn feed(&mut self, ev: &Event, out: &mut Vec<Event>) {
-        self.checker.feed(ev, &mut self.found);
+    /// The findings `ev` proves (and held ones it releases), appended to `out`. `outcomes` are
+    /// the ledger's records of `ev` (what [`crate::ledger::Ledger::feed`] returned for it): the
+    /// delivery-tag, confirm and prefetch findings are read from them.
+    pub fn feed(&mut self, ev: &Event, outcomes: &[Outcome], out: &mut Vec<Event>) {
+        self.checker.feed(ev, outcomes, &mut self.found);
         self.drain(out);
     }
 

@@ -34,14 +34,9 @@ use super::state::di;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Handler {
     Deliver,
-    Get,
-    GetEmpty,
-    Settle,
     Confirm,
-    Publish,
     Select,
     Transacted,
-    Recover,
     DeclareOk,
     Declare,
     QueueKnown,
@@ -49,7 +44,6 @@ pub enum Handler {
     ConsumeOk,
     Cancel,
     CancelOk,
-    Qos,
     Flow,
     /// Only the not-implemented checks.
     NoLedger,
@@ -59,14 +53,9 @@ impl Handler {
     fn parse(name: &str) -> Option<Handler> {
         Some(match name {
             "deliver" => Handler::Deliver,
-            "get" => Handler::Get,
-            "get-empty" => Handler::GetEmpty,
-            "settle" => Handler::Settle,
             "confirm" => Handler::Confirm,
-            "publish" => Handler::Publish,
             "select" => Handler::Select,
             "transacted" => Handler::Transacted,
-            "recover" => Handler::Recover,
             "declare-ok" => Handler::DeclareOk,
             "declare" => Handler::Declare,
             "queue-known" => Handler::QueueKnown,
@@ -74,7 +63,6 @@ impl Handler {
             "consume-ok" => Handler::ConsumeOk,
             "cancel" => Handler::Cancel,
             "cancel-ok" => Handler::CancelOk,
-            "qos" => Handler::Qos,
             "flow" => Handler::Flow,
             "none" => Handler::NoLedger,
             _ => return None,
@@ -439,7 +427,7 @@ mod tests {
     use super::*;
 
     const TABLES: &str = r#"{
-        "handlers": {"c2s": {"basic.ack": "settle"}, "s2c": {"basic.ack": "confirm"}},
+        "handlers": {"c2s": {"basic.qos": "none"}, "s2c": {"basic.ack": "confirm"}},
         "not_implemented": [{"dir": "c2s", "method": "basic.qos", "field": "prefetch_size",
                              "when": "truthy", "message": "m"}],
         "capabilities": {"basic.cancel": "consumer_cancel_notify"},
@@ -465,7 +453,7 @@ mod tests {
     fn tables_parse() {
         let j: Json = serde_json::from_str(TABLES).expect("test JSON");
         let t = RulesTables::from_json(&j).expect("tables");
-        assert_eq!(t.handler(Dir::C2S, "basic.ack"), Some(Handler::Settle));
+        assert_eq!(t.handler(Dir::C2S, "basic.ack"), None); // the ledger's
         assert_eq!(t.handler(Dir::S2C, "basic.ack"), Some(Handler::Confirm));
         assert_eq!(t.handler(Dir::S2C, "basic.qos"), None);
         assert!(t.not_implemented[0].when_truthy);
@@ -482,7 +470,7 @@ mod tests {
 
     #[test]
     fn a_bad_handler_is_an_error_not_a_panic() {
-        let bad = TABLES.replace("\"settle\"", "\"nonsense\"");
+        let bad = TABLES.replace("\"confirm\"", "\"settle\""); // no longer a handler
         let j: Json = serde_json::from_str(&bad).expect("test JSON");
         assert!(RulesTables::from_json(&j).is_err());
     }

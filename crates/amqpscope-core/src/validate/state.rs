@@ -62,36 +62,15 @@ pub struct ChanState {
     pub crossing: u32,
     /// Outstanding requests per sender direction (`di`).
     pub pending: [VecDeque<Pending>; 2],
+    /// tx.select sent (tx.commit/rollback need it). Delivery tags, confirms and prefetch are the
+    /// ledger's (`crate::ledger`): the validator reads its outcomes.
     pub tx: bool,
-    /// Tags settled in the open transaction.
-    pub tx_settled: HashSet<u64>,
+    /// confirm.select sent (the server's basic.ack/nack need it).
     pub confirm: bool,
-    /// Publishes since confirm.select (the server's ack tags count these).
-    pub published: u64,
-    pub unconfirmed: HashSet<u64>,
-    /// Every publish tag below this is confirmed (none is in unconfirmed).
-    pub confirmed_below: u64,
-    /// Delivery tags the client still has to settle.
-    pub unacked: HashSet<u64>,
-    pub max_tag: u64,
-    /// Active consumer tag -> no-ack.
-    pub consumers: HashMap<String, bool>,
-    /// basic.consume awaiting consume-ok: (tag, no-ack).
-    pub consumes: VecDeque<(String, bool)>,
-    /// no-ack of each basic.get awaiting its reply.
-    pub gets: VecDeque<bool>,
+    /// Active consumer tags.
+    pub consumers: HashSet<String>,
     /// A queue was declared on this channel (empty names refer to it).
     pub queue_known: bool,
-    /// basic.qos awaiting qos-ok: (prefetch-count, global).
-    pub qos: VecDeque<(i64, bool)>,
-    /// prefetch-count for consumers created from now on (global=0).
-    pub prefetch: i64,
-    /// Consumer tag -> its prefetch-count.
-    pub limits: HashMap<String, i64>,
-    /// Unacked tag -> consumer tag (limited consumers).
-    pub owner: HashMap<u64, String>,
-    /// Consumer tag -> unacked deliveries.
-    pub outstanding: HashMap<String, i64>,
     /// Per direction (`di`): active of its channel.flow awaiting flow-ok.
     pub flow: [Option<bool>; 2],
     /// (rule, packet, text) the reply decides.
@@ -104,7 +83,6 @@ impl ChanState {
         ChanState {
             run,
             sure: true,
-            confirmed_below: 1,
             ..ChanState::default()
         }
     }

@@ -8,7 +8,9 @@ use serde_json::json;
 use super::grammar::Run;
 use super::tables::ValidationTables;
 use super::Validator;
-use crate::event::{Base, Dir, Event, Frame, ProtocolHeader};
+use crate::event::{Base, Connection, Dir, Entry, Event, Frame, Gap, ProtocolHeader};
+use crate::ledger::{Ledger, Outcome};
+use crate::tables::SpecTables;
 use crate::value::{Table, Value};
 
 /// Rules tables with nothing in them (the shape `rules_tables(spec)` writes).
@@ -33,7 +35,9 @@ fn tables() -> ValidationTables {
     };
     let doc = json!({
         "version": "0-9-1",
-        "catalogue": {"frame.heartbeat-channel": 501, "sync.unexpected-reply": 503, "method.unknown": 503},
+        "catalogue": {"frame.heartbeat-channel": 501, "sync.unexpected-reply": 503, "method.unknown": 503,
+                      "basic.ack.multiple.exists": 406, "basic.nack.multiple.exists": 406,
+                      "delivery-tag.channel-local": 406, "basic.qos.prefetch-count.01": null},
         "frame_types": ["method", "header", "body", "heartbeat"],
         "min_size": 4096,
         "connection_class": 10,
@@ -87,9 +91,15 @@ fn run(events: &[Event]) -> Vec<super::super::event::Finding> {
 
 fn run_with(events: &[Event], limits: &crate::limits::Limits) -> Vec<super::super::event::Finding> {
     let mut v = Validator::new(Arc::new(tables()), limits);
+    // the ledger beside it, as the engine runs it
+    let spec = SpecTables::from_json(r#"{"version":"t","classes":[],"methods":[]}"#).expect("spec");
+    let mut ledger = Ledger::new(&spec, limits);
+    let mut outcomes = Vec::new();
     let mut out = Vec::new();
     for ev in events {
-        v.feed(ev, &mut out);
+        outcomes.clear();
+        ledger.feed(ev, &mut outcomes);
+        v.feed(ev, &outcomes, &mut out);
     }
     v.finish(&mut out);
     out.into_iter()
@@ -237,4 +247,200 @@ fn bounds_come_from_limits() {
     };
     let early = Some("no close from the server before too many findings waited".to_string());
     assert_eq!(reactions(&two), [(2, early), (3, end)]);
+}
+
+// --- the ledger's outcomes as findings ------------------------------------------------------------
+
+fn uint(n: u64) -> Value {
+    Value::Int(n as i64)
+}
+
+fn args(pairs: &[(&str, Value)]) -> Table {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).into(), v.clone()))
+        .collect()
+}
+
+fn deliver(packet: u64, tag: u64) -> Event {
+    method(
+        packet,
+        Dir::S2C,
+        1,
+        "basic.deliver",
+        args(&[
+            ("consumer_tag", Value::Str("ctag".into())),
+            ("delivery_tag", uint(tag)),
+        ]),
+    )
+}
+
+fn ack(packet: u64, channel: u16, name: &str, tag: u64, multiple: bool) -> Event {
+    method(
+        packet,
+        Dir::C2S,
+        channel,
+        name,
+        args(&[
+            ("delivery_tag", uint(tag)),
+            ("multiple", Value::Bool(multiple)),
+        ]),
+    )
+}
+
+/// The findings of the ledger's rules only (the hand-written spec knows no basic class).
+fn ledger_findings(events: &[Event]) -> Vec<super::super::event::Finding> {
+    run(events)
+        .into_iter()
+        .filter(|f| f.rule.contains("multiple") || f.rule.starts_with("delivery-tag"))
+        .collect()
+}
+
+#[test]
+fn an_ack_above_the_delivered_tags_is_an_unknown_tag() {
+    // RabbitMQ: multiple=1 with tag 5 after tags 1-3 names tag 5, which is not outstanding (406)
+    let events = [
+        deliver(1, 1),
+        deliver(2, 2),
+        deliver(3, 3),
+        ack(4, 1, "basic.ack", 5, true),
+        method(
+            5,
+            Dir::S2C,
+            1,
+            "channel.close",
+            args(&[("reply_code", uint(406))]),
+        ),
+    ];
+    let found = ledger_findings(&events);
+    assert_eq!(found.len(), 1, "{found:?}");
+    let f = &found[0];
+    assert_eq!(f.rule, "basic.ack.multiple.exists");
+    assert_eq!(f.code, Some(406));
+    assert_eq!(f.base.packet, 4);
+    assert_eq!(
+        f.message,
+        "basic.ack: delivery-tag 5 was never delivered on channel 1"
+    );
+    // held for the peer's reaction, like every finding with a code
+    assert_eq!(
+        f.peer_reaction.as_deref(),
+        Some("server sent channel.close 406 at packet 5: matches")
+    );
+}
+
+#[test]
+fn double_acks_wrong_channels_and_rejects_word_the_old_rules() {
+    let open = |packet, channel| method(packet, Dir::C2S, channel, "channel.open", Table::new());
+    let events = [
+        open(0, 1),
+        open(0, 2),
+        deliver(1, 1),
+        deliver(2, 2),
+        ack(3, 1, "basic.ack", 1, false),
+        ack(4, 1, "basic.nack", 1, false),   // already settled
+        ack(5, 2, "basic.ack", 2, false),    // outstanding on channel 1
+        ack(6, 1, "basic.reject", 9, false), // never delivered: basic.ack's rule
+        ack(7, 1, "basic.ack", 0, true),     // everything outstanding: fine
+        // the ledger's verdicts wait for the server's next frame: here the end of the connection
+        Event::Connection(Box::new(Connection {
+            base: base(8, Dir::C2S, 0),
+            state: "close".into(),
+            ..Connection::default()
+        })),
+    ];
+    let found: Vec<(String, String)> = ledger_findings(&events)
+        .into_iter()
+        .map(|f| (f.rule, f.message))
+        .collect();
+    let want = [
+        (
+            "basic.nack.multiple.exists",
+            "basic.nack: delivery-tag 1 was already acknowledged or was delivered with no-ack",
+        ),
+        (
+            "delivery-tag.channel-local",
+            "basic.ack on channel 2 of delivery-tag 2 issued on channel 1",
+        ),
+        (
+            "basic.ack.multiple.exists",
+            "basic.reject: delivery-tag 9 was never delivered on channel 1",
+        ),
+    ];
+    let want: Vec<(String, String)> = want
+        .iter()
+        .map(|(r, m)| ((*r).into(), (*m).into()))
+        .collect();
+    assert_eq!(found, want);
+}
+
+#[test]
+fn what_the_capture_cannot_judge_is_no_finding() {
+    let gap = Event::Gap(Gap {
+        base: base(3, Dir::S2C, 0),
+        size: 100,
+        lost_frame: None,
+    });
+    let events = [
+        ack(1, 1, "basic.ack", 7, false), // before the capture: nothing delivered here yet
+        deliver(2, 1),
+        gap,
+        ack(4, 1, "basic.ack", 9, false), // after a gap: a delivery may be lost
+    ];
+    assert_eq!(ledger_findings(&events), vec![]);
+}
+
+#[test]
+fn outcomes_are_read_as_given() {
+    // the validator words the ledger's records; it keeps no tag ledger of its own
+    let mut v = Validator::new(Arc::new(tables()), &crate::limits::Limits::default());
+    let frame = deliver(1, 3);
+    let b = base(1, Dir::S2C, 1);
+    let mut over = Outcome::new(b.clone(), Entry::Deliver);
+    over.outcome = Some("over prefetch");
+    over.consumer_tag = Some(Arc::from("ctag"));
+    over.in_flight = Some(3);
+    over.limit = Some(2);
+    let mut unacked = Outcome::new(b.clone(), Entry::Deliver);
+    unacked.outcome = Some("unacked");
+    let mut confirm = Outcome::new(b.clone(), Entry::BadConfirm);
+    confirm.method = Some(Arc::from("basic.ack"));
+    confirm.tag = Some(4);
+    confirm.limit = Some(3);
+    confirm.outcome = Some("unknown tag");
+    let mut late = confirm.clone();
+    late.tag = Some(2);
+    let mut unseen = confirm.clone();
+    unseen.outcome = Some("select not seen");
+    let mut out = Vec::new();
+    v.feed(&frame, &[over, unacked, confirm, late, unseen], &mut out);
+    v.finish(&mut out);
+    let found: Vec<String> = out
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Finding(f) if f.rule != "method.unknown" && f.rule != "grammar.channel" => {
+                Some(format!("{}: {}", f.rule, f.message))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        found,
+        vec![
+            "basic.qos.prefetch-count.01: 3 unacknowledged deliveries to consumer 'ctag', whose prefetch-count is 2",
+            "basic.ack.multiple.exists: basic.ack of publish 4, which is above the 3 publishes so far",
+            "basic.ack.multiple.exists: basic.ack of publish 2, which was already confirmed",
+        ]
+    );
+}
+
+#[test]
+fn a_connection_close_carries_no_ledger_findings() {
+    let close = Event::Connection(Box::new(Connection {
+        base: base(2, Dir::C2S, 0),
+        state: "close".into(),
+        ..Connection::default()
+    }));
+    let events = [deliver(1, 1), close];
+    assert_eq!(ledger_findings(&events), vec![]);
 }

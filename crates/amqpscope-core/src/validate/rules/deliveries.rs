@@ -1,17 +1,96 @@
-//! The functional classes: per-channel ledgers of deliveries, acks, confirms, transactions,
-//! consumers, qos and flow, dispatched by (direction, method) from `RulesTables::handlers`
-//! (rules_tables.HANDLERS). Rule ids are the spec's: the delivery-tag domain rules, basic.ack
+//! The functional classes: consumers, queues, transactions, confirm mode and flow, dispatched by
+//! (direction, method) from `RulesTables::handlers` (rules_tables.HANDLERS), and the findings the
+//! ledger's outcomes prove. Rule ids are the spec's: the delivery-tag domain rules, basic.ack
 //! `multiple.exists`, tx.commit/rollback `transacted`, basic.consume `consumer-tag`, the
 //! `queue-known` rules of queue.bind/unbind/purge/delete, basic.qos `prefetch-count`.
+//!
+//! Delivery tags, publish confirms and prefetch are not kept here: the ledger (`crate::ledger`)
+//! keeps them once, for validation and analytics alike, and [`from_ledger`] words the outcomes
+//! that prove the peer's mistake ([`crate::ledger::is_violation`], a delivery over prefetch) as
+//! findings. What the capture cannot judge (before it, after a gap, beyond the limits) the
+//! ledger marks so, and it never becomes a finding.
 
-use std::collections::HashSet;
-
-use crate::event::{Dir, Finding};
+use crate::event::{Dir, Entry, Finding};
+use crate::ledger::{is_violation, Outcome};
 
 use super::super::catalogue::{Catalogue, INFO, VIOLATION};
 use super::super::pyrepr::repr_str;
 use super::super::state::{di, ChanState, ConnState};
 use super::{truthy, Call, Handler, RulesTables};
+
+/// The findings of the ledger's outcomes of one frame: a client ack/nack/reject of a tag not
+/// outstanding (unknown, already settled, on the wrong channel), a server ack/nack of no
+/// unconfirmed publish, a delivery over the prefetch limit.
+pub fn from_ledger(cat: &Catalogue, outcomes: &[Outcome], out: &mut Vec<Finding>) {
+    for o in outcomes {
+        let over = o.entry == Entry::Deliver && o.outcome == Some("over prefetch");
+        if !over && !is_violation(o) {
+            continue;
+        }
+        if let Some(f) = finding(cat, o) {
+            out.push(f);
+        }
+    }
+}
+
+fn finding(cat: &Catalogue, o: &Outcome) -> Option<Finding> {
+    let method = o.method.as_deref().unwrap_or("");
+    let tag = o.tag.unwrap_or(0);
+    let channel = o.base.channel.map_or("None".to_owned(), |n| n.to_string());
+    let (rule, message) = match (o.entry, o.outcome?) {
+        (Entry::Deliver, _) => (
+            "basic.qos.prefetch-count.01".to_owned(),
+            format!(
+                "{} unacknowledged deliveries to consumer {}, whose prefetch-count is {}",
+                o.in_flight.unwrap_or(0),
+                repr_str(o.consumer_tag.as_deref().unwrap_or("")),
+                o.limit.unwrap_or(0)
+            ),
+        ),
+        (Entry::BadAck, "wrong channel") => (
+            "delivery-tag.channel-local".to_owned(),
+            format!(
+                "{method} on channel {channel} of delivery-tag {tag} issued on channel {}",
+                o.ref_channel.map_or("None".to_owned(), |n| n.to_string())
+            ),
+        ),
+        (Entry::BadAck, why) => {
+            let why = if why == "already settled" {
+                format!("delivery-tag {tag} was already acknowledged or was delivered with no-ack")
+            } else {
+                format!("delivery-tag {tag} was never delivered on channel {channel}")
+            };
+            (multiple_exists(method), format!("{method}: {why}"))
+        }
+        (Entry::BadConfirm, _) => {
+            // the ledger's limit on a bad confirm: the publishes numbered so far
+            let published = o.limit.unwrap_or(0);
+            let why = if tag == 0 {
+                "names no publish".to_owned()
+            } else if tag <= published {
+                "was already confirmed".to_owned()
+            } else {
+                format!("is above the {published} publishes so far")
+            };
+            (
+                multiple_exists(method),
+                format!("{method} of publish {tag}, which {why}"),
+            )
+        }
+        _ => return None,
+    };
+    Some(cat.finding(&o.base, &rule, VIOLATION, message))
+}
+
+/// The rule of a settle that names nothing outstanding: basic.ack's and basic.nack's
+/// `multiple.exists` (basic.reject has no such rule: basic.ack's, as the Python validator chose).
+fn multiple_exists(method: &str) -> String {
+    if method == "basic.nack" {
+        "basic.nack.multiple.exists".to_owned()
+    } else {
+        "basic.ack.multiple.exists".to_owned()
+    }
+}
 
 /// Dispatch one method of channel `chan` (which the checker has created) to its handler, then
 /// RabbitMQ's not-implemented cases for it.
@@ -31,31 +110,8 @@ pub fn functional(
     };
     let ch = cs.chan(chan);
     match h {
-        Handler::Deliver => deliver(cat, ch, c, out),
-        Handler::Get => ch.gets.push_back(c.flag("no_ack")),
-        Handler::GetEmpty => {
-            ch.gets.pop_front();
-        }
-        Handler::Settle => {
-            if let Some(tag) = settle(ch, c) {
-                let max_tag = ch.max_tag;
-                // the other channels matter only for a tag this one never saw (Python looks only
-                // then, and so does this: not on every ack)
-                let other = if tag != 0 && tag <= max_tag {
-                    None
-                } else {
-                    other_channel(cs, chan, |ch| ch.unacked.contains(&tag))
-                };
-                unknown_tag(cat, c, tag, max_tag, other, out);
-            }
-        }
+        Handler::Deliver => deliver(cat, c, out),
         Handler::Confirm => confirm(cat, ch, c, out),
-        Handler::Publish => {
-            if ch.confirm {
-                ch.published = ch.published.saturating_add(1);
-                ch.unconfirmed.insert(ch.published);
-            }
-        }
         Handler::Select => {
             // set on the request, not the -ok: a pipelining client may commit before select-ok arrives
             if c.method() == "tx.select" {
@@ -65,14 +121,6 @@ pub fn functional(
             }
         }
         Handler::Transacted => transacted(cat, ch, c, out),
-        Handler::Recover => {
-            // recover requeues every unacknowledged delivery; they come back with new tags, the old
-            // ones are void
-            ch.unacked.clear();
-            ch.tx_settled.clear();
-            ch.owner.clear();
-            ch.outstanding.clear();
-        }
         Handler::DeclareOk => ch.queue_known = true,
         Handler::Declare => {
             if c.nowait && c.flag("queue") {
@@ -95,18 +143,12 @@ pub fn functional(
         }
         Handler::Consume => consume(cat, ch, c, out),
         Handler::ConsumeOk => {
-            let no_ack = ch.consumes.pop_front().map(|x| x.1).unwrap_or(false);
-            let tag = c.text("consumer_tag");
-            if ch.prefetch != 0 {
-                ch.limits.insert(tag.clone(), ch.prefetch);
-            }
-            ch.consumers.insert(tag, no_ack);
+            ch.consumers.insert(c.text("consumer_tag"));
         }
         Handler::Cancel => cancel(cat, cs, chan, c, out),
         Handler::CancelOk => {
             ch.consumers.remove(&c.text("consumer_tag"));
         }
-        Handler::Qos => qos(ch, c),
         Handler::Flow => flow(cat, ch, c, out),
         Handler::NoLedger => {}
     }
@@ -127,53 +169,16 @@ fn not_implemented(cat: &Catalogue, t: &RulesTables, d: Dir, c: &Call<'_>, out: 
     }
 }
 
-fn deliver(cat: &Catalogue, ch: &mut ChanState, c: &Call<'_>, out: &mut Vec<Finding>) {
-    let tag = c.uint("delivery_tag");
-    let m = c.method();
-    let no_ack = if m == "basic.get-ok" {
-        ch.gets.pop_front().unwrap_or(false)
-    } else {
-        ch.consumers
-            .get(&c.str_of("consumer_tag"))
-            .copied()
-            .unwrap_or(false)
-    };
-    if tag == 0 {
+/// A delivery's tag (its place among the outstanding ones is the ledger's).
+fn deliver(cat: &Catalogue, c: &Call<'_>, out: &mut Vec<Finding>) {
+    if c.uint("delivery_tag") == 0 {
         out.push(cat.finding(
             &c.ev.base,
             "delivery-tag.non-zero",
             VIOLATION,
-            format!("{m} with delivery-tag 0"),
+            format!("{} with delivery-tag 0", c.method()),
         ));
-        return;
     }
-    if !no_ack {
-        ch.unacked.insert(tag);
-        let ctag = c.str_of("consumer_tag");
-        let limit = if m == "basic.deliver" && !ch.tx {
-            ch.limits.get(&ctag).copied().unwrap_or(0)
-        } else {
-            0
-        };
-        if limit != 0 {
-            ch.owner.insert(tag, ctag.clone());
-            let n = ch.outstanding.entry(ctag.clone()).or_insert(0);
-            *n = n.saturating_add(1);
-            let n = *n;
-            if n > limit {
-                out.push(cat.finding(
-                    &c.ev.base,
-                    "basic.qos.prefetch-count.01",
-                    VIOLATION,
-                    format!(
-                        "{n} unacknowledged deliveries to consumer {}, whose prefetch-count is {limit}",
-                        repr_str(&ctag)
-                    ),
-                ));
-            }
-        }
-    }
-    ch.max_tag = ch.max_tag.max(tag);
 }
 
 /// The first other channel of the connection (in order of appearance) that `has`.
@@ -182,101 +187,6 @@ fn other_channel(cs: &ConnState, chan: u16, has: impl Fn(&ChanState) -> bool) ->
         .iter()
         .find(|(n, ch)| *n != chan && has(ch))
         .map(|(n, _)| *n)
-}
-
-/// Client ack/nack/reject against the channel's delivery-tag ledger; Some(tag) when the tag is
-/// not one the channel has outstanding (`unknown_tag` reports it).
-fn settle(ch: &mut ChanState, c: &Call<'_>) -> Option<u64> {
-    let tag = c.uint("delivery_tag");
-    if c.flag("multiple") {
-        let settled: HashSet<u64> = if tag != 0 {
-            ch.unacked.iter().copied().filter(|t| *t <= tag).collect()
-        } else {
-            ch.unacked.clone()
-        };
-        if !settled.is_empty() || tag == 0 {
-            ch.unacked.retain(|t| !settled.contains(t));
-            if ch.tx {
-                ch.tx_settled.extend(settled.iter().copied());
-            }
-            if !ch.owner.is_empty() {
-                for t in &settled {
-                    release(ch, *t);
-                }
-            }
-            return None;
-        }
-    } else if ch.unacked.remove(&tag) {
-        if ch.tx {
-            ch.tx_settled.insert(tag);
-        }
-        if !ch.owner.is_empty() {
-            release(ch, tag);
-        }
-        return None;
-    }
-    Some(tag)
-}
-
-/// The finding of a settle whose tag the channel does not have outstanding: already settled (or
-/// delivered with no-ack), issued on another channel (`other`), or never delivered.
-fn unknown_tag(
-    cat: &Catalogue,
-    c: &Call<'_>,
-    tag: u64,
-    max_tag: u64,
-    other: Option<u16>,
-    out: &mut Vec<Finding>,
-) {
-    let method = c.method();
-    let rid = if method != "basic.reject" {
-        format!("{method}.multiple.exists")
-    } else {
-        "basic.ack.multiple.exists".to_owned()
-    };
-    let why = if tag != 0 && tag <= max_tag {
-        format!("delivery-tag {tag} was already acknowledged or was delivered with no-ack")
-    } else {
-        if let Some(other) = other {
-            out.push(cat.finding(
-                &c.ev.base,
-                "delivery-tag.channel-local",
-                VIOLATION,
-                format!(
-                    "{method} on channel {} of delivery-tag {tag} issued on channel {other}",
-                    c.channel_text()
-                ),
-            ));
-            return;
-        }
-        format!(
-            "delivery-tag {tag} was never delivered on channel {}",
-            c.channel_text()
-        )
-    };
-    out.push(cat.finding(&c.ev.base, &rid, VIOLATION, format!("{method}: {why}")));
-}
-
-fn release(ch: &mut ChanState, tag: u64) {
-    if let Some(ctag) = ch.owner.remove(&tag) {
-        if let Some(n) = ch.outstanding.get_mut(&ctag) {
-            *n = n.saturating_sub(1);
-        }
-    }
-}
-
-fn qos(ch: &mut ChanState, c: &Call<'_>) {
-    if c.dir() == Dir::C2S {
-        ch.qos
-            .push_back((c.int("prefetch_count"), c.flag("global_")));
-    } else if let Some((count, glob)) = ch.qos.pop_front() {
-        if !glob {
-            // global=0: a limit for each consumer created from now on (RabbitMQ; the spec's
-            // per-channel reading is stricter, so checking per consumer never reports what either
-            // reading allows)
-            ch.prefetch = count;
-        }
-    }
 }
 
 fn flow(cat: &Catalogue, ch: &mut ChanState, c: &Call<'_>, out: &mut Vec<Finding>) {
@@ -304,8 +214,8 @@ fn flow(cat: &Catalogue, ch: &mut ChanState, c: &Call<'_>, out: &mut Vec<Finding
     }
 }
 
-/// Server ack/nack of publishes (confirm mode): tags count publishes from 1.
-fn confirm(cat: &Catalogue, ch: &mut ChanState, c: &Call<'_>, out: &mut Vec<Finding>) {
+/// Server ack/nack of publishes: confirm mode and the tag (which publish it names is the ledger's).
+fn confirm(cat: &Catalogue, ch: &ChanState, c: &Call<'_>, out: &mut Vec<Finding>) {
     let m = c.method();
     if !ch.confirm {
         out.push(cat.finding(
@@ -314,56 +224,18 @@ fn confirm(cat: &Catalogue, ch: &mut ChanState, c: &Call<'_>, out: &mut Vec<Find
             VIOLATION,
             format!("{m} from the server on a channel not in confirm mode"),
         ));
-        return;
-    }
-    let tag = c.uint("delivery_tag");
-    if tag == 0 {
+    } else if c.uint("delivery_tag") == 0 {
         out.push(cat.finding(
             &c.ev.base,
             "delivery-tag.non-zero",
             VIOLATION,
             format!("{m} from the server with delivery-tag 0"),
         ));
-        return;
     }
-    if c.flag("multiple") {
-        let low = ch.confirmed_below;
-        let n = ch.unconfirmed.len() as u64;
-        let done: Vec<u64> = if tag < low || tag - low < n {
-            // tags below `low` were all settled before: look only at the tags since, not at the
-            // whole window of outstanding publishes on every ack (at most `n` of them)
-            (low..=tag).filter(|t| ch.unconfirmed.contains(t)).collect()
-        } else {
-            ch.unconfirmed
-                .iter()
-                .copied()
-                .filter(|t| *t <= tag)
-                .collect()
-        };
-        ch.confirmed_below = low.max(tag.saturating_add(1)); // nothing at or below tag is left unconfirmed
-        if !done.is_empty() || ch.unconfirmed.contains(&tag) {
-            for t in &done {
-                ch.unconfirmed.remove(t);
-            }
-            return;
-        }
-    } else if ch.unconfirmed.remove(&tag) {
-        return;
-    }
-    let why = if tag <= ch.published {
-        "was already confirmed".to_owned()
-    } else {
-        format!("is above the {} publishes so far", ch.published)
-    };
-    out.push(cat.finding(
-        &c.ev.base,
-        &format!("{m}.multiple.exists"),
-        VIOLATION,
-        format!("{m} of publish {tag}, which {why}"),
-    ));
 }
 
-fn transacted(cat: &Catalogue, ch: &mut ChanState, c: &Call<'_>, out: &mut Vec<Finding>) {
+/// tx.commit/tx.rollback need tx.select (what they settle or put back is the ledger's).
+fn transacted(cat: &Catalogue, ch: &ChanState, c: &Call<'_>, out: &mut Vec<Finding>) {
     let m = c.method();
     if !ch.tx {
         out.push(cat.finding(
@@ -372,20 +244,12 @@ fn transacted(cat: &Catalogue, ch: &mut ChanState, c: &Call<'_>, out: &mut Vec<F
             VIOLATION,
             format!("{m} on a channel without tx.select"),
         ));
-        return;
     }
-    if m == "tx.rollback" {
-        // acks inside a rolled-back transaction never happened
-        let back: Vec<u64> = ch.tx_settled.iter().copied().collect();
-        ch.unacked.extend(back);
-    }
-    ch.tx_settled.clear();
 }
 
 fn consume(cat: &Catalogue, ch: &mut ChanState, c: &Call<'_>, out: &mut Vec<Finding>) {
     let tag = c.text("consumer_tag");
-    let no_ack = c.flag("no_ack");
-    if !tag.is_empty() && ch.consumers.contains_key(&tag) {
+    if !tag.is_empty() && ch.consumers.contains(&tag) {
         out.push(cat.finding(
             &c.ev.base,
             "basic.consume.consumer-tag.01",
@@ -398,23 +262,16 @@ fn consume(cat: &Catalogue, ch: &mut ChanState, c: &Call<'_>, out: &mut Vec<Find
         ));
         return;
     }
-    if c.nowait {
-        if !tag.is_empty() {
-            if ch.prefetch != 0 {
-                ch.limits.insert(tag.clone(), ch.prefetch);
-            }
-            ch.consumers.insert(tag, no_ack);
-        }
-    } else {
-        ch.consumes.push_back((tag, no_ack));
+    if c.nowait && !tag.is_empty() {
+        ch.consumers.insert(tag); // no consume-ok will name it
     }
 }
 
 fn cancel(cat: &Catalogue, cs: &mut ConnState, chan: u16, c: &Call<'_>, out: &mut Vec<Finding>) {
     let tag = c.text("consumer_tag");
     let d = c.dir();
-    if d == Dir::C2S && !cs.chan(chan).consumers.contains_key(&tag) {
-        if let Some(other) = other_channel(cs, chan, |ch| ch.consumers.contains_key(&tag)) {
+    if d == Dir::C2S && !cs.chan(chan).consumers.contains(&tag) {
+        if let Some(other) = other_channel(cs, chan, |ch| ch.consumers.contains(&tag)) {
             out.push(cat.finding(
                 &c.ev.base,
                 "basic.consume.consumer-tag.02",
