@@ -1,0 +1,126 @@
+"""The diagnoser: one streaming pass that turns events into causes and quirks.
+
+A connection is diagnosed once it has ended and the events that belong to its end (findings the
+validator releases at the same packet) have passed, so live capture shows a cause as soon as its
+connection is over; ``finish`` diagnoses the connections still open when the capture ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+
+from ..events import S2C, Connection, Event, Finding
+from ..validate.findings import Tolerated, tolerated
+from . import closes, flow, network
+from .facts import Collector, ConnFacts
+from .model import CONNECTION, Diagnosis, Quirk, Thresholds, ranked
+
+MAX_QUIRK_PACKETS = 20
+
+
+class Diagnoser:
+    def __init__(self, thresholds: Thresholds | None = None) -> None:
+        self.thresholds = thresholds or Thresholds()
+        self.col = Collector()
+        self.diagnoses: list[Diagnosis] = []
+        self.quirks: dict[tuple[str, str, str | None], Quirk] = {}
+        self.file: str | None = None
+        self._ended: dict[int, int] = {}  # conn → packet of its Connection close event, not yet diagnosed
+        self._done: set[int] = set()
+
+    def feed(self, ev: Event) -> list[Diagnosis]:
+        """Take one event; returns the diagnoses it completed (for live output)."""
+        new: list[Diagnosis] = []
+        if self._ended:
+            for conn, packet in list(self._ended.items()):
+                if ev.packet > packet:
+                    new += self._diagnose(conn)
+        self.col.feed(ev)
+        if type(ev) is Finding:
+            self._quirk(ev)  # type: ignore[arg-type]
+        elif type(ev) is Connection and ev.state == "close":  # type: ignore[attr-defined]
+            self._ended[ev.conn] = ev.packet
+        return new
+
+    def finish(self) -> list[Diagnosis]:
+        new: list[Diagnosis] = []
+        for conn in list(self.col.conns):
+            new += self._diagnose(conn)
+        return new
+
+    def next_file(self, name: str | None) -> list[Diagnosis]:
+        """Diagnose what is left of the previous file and start a new one (connection ids restart)."""
+        new = self.finish()
+        self.col = Collector()
+        self._ended.clear()
+        self._done = set()
+        self.file = name
+        return new
+
+    def result(self) -> list[Diagnosis]:
+        return ranked(self.diagnoses)
+
+    def quirk_list(self) -> list[Quirk]:
+        return sorted(self.quirks.values(), key=lambda q: (q.library, -q.count, q.quirk))
+
+    def is_quirk(self, f: Finding) -> bool:
+        """Whether finding ``f`` is a deviation the broker accepts (needs ``f``'s connection fed)."""
+        return self._tolerance(f) is not None
+
+    def _tolerance(self, f: Finding) -> Tolerated | None:
+        facts = self.col.conns.get(f.conn)
+        idle = facts is not None and not facts.open_channels
+        return tolerated(f, idle)
+
+    def _quirk(self, f: Finding) -> None:
+        t = self._tolerance(f)
+        if t is None:
+            return
+        facts = self.col.facts(f)
+        library = (facts.server or "the broker") if f.dir == S2C else facts.who.library()
+        key = (t.id, library, self.file)
+        q = self.quirks.get(key)
+        if q is None:
+            q = self.quirks[key] = Quirk(quirk=t.id, rule=f.rule, library=library, summary=t.summary,
+                                         source=t.source, file=self.file)  # fmt: skip
+        q.count += 1
+        q.connections.add(f.conn)
+        if len(q.packets) < MAX_QUIRK_PACKETS:
+            q.packets.append(f.packet)
+
+    def _diagnose(self, conn: int) -> list[Diagnosis]:
+        self._ended.pop(conn, None)
+        if conn in self._done:
+            return []
+        self._done.add(conn)
+        facts = self.col.conns[conn]
+        found = diagnose_connection(facts, self.col, self.thresholds)
+        if self.file is not None:
+            found = [_with_file(d, self.file) for d in found]
+        self.diagnoses += found
+        return found
+
+
+def diagnose_connection(facts: ConnFacts, col: Collector, th: Thresholds) -> list[Diagnosis]:
+    """Every cause of one finished connection (a pure function of its facts)."""
+    found = closes.causes(facts, col)
+    used = {id(f) for c in facts.closes for f in c.explained_by}
+    found += flow.blocked(facts, th) + flow.cancelled(facts, col) + flow.returned(facts)
+    explained = any(d.impact <= CONNECTION or d.channel is not None for d in found)
+    found += network.ended(facts, th, explained)
+    found += network.protocol_errors(facts, used)
+    return found
+
+
+def _with_file(d: Diagnosis, name: str) -> Diagnosis:
+    return replace(d, file=name)
+
+
+def diagnose(events: Iterable[Event], thresholds: Thresholds | None = None) -> tuple[list[Diagnosis], list[Quirk]]:
+    """Diagnose one capture's events: ranked causes and the quirks."""
+    d = Diagnoser(thresholds)
+    for ev in events:
+        d.feed(ev)
+    d.finish()
+    return d.result(), d.quirk_list()
