@@ -56,6 +56,7 @@ class Returned:
     text: str
     packets: list[int] = field(default_factory=list)
     count: int = 0
+    confirms: bool = False  # the channel was in confirm mode when the broker returned them
     first: float = 0.0
     last: float = 0.0
 
@@ -208,9 +209,9 @@ class Collector:
             f.opened = True
         elif method == "channel.open-ok":
             f.open_channels.add(ch)
+            f.confirm_channels.discard(ch)  # a reopened channel number starts without confirms
         elif method == "channel.close-ok":
             f.open_channels.discard(ch)
-            f.confirm_channels.discard(ch)
         elif method == "confirm.select-ok":
             f.confirm_channels.add(ch)
         elif method in ("connection.close", "channel.close"):
@@ -257,6 +258,7 @@ class Collector:
                                                first=ev.ts)  # fmt: skip
             r.count += 1
             r.last = ev.ts
+            r.confirms = r.confirms or ch in f.confirm_channels
             if len(r.packets) < MAX_KEPT:
                 r.packets.append(ev.packet)
         elif method == "connection.blocked":

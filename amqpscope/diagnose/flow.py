@@ -41,7 +41,7 @@ def returned(facts: ConnFacts) -> list[Diagnosis]:
     out = []
     who = facts.who
     for r in facts.returns.values():
-        confirms = r.channel in facts.confirm_channels
+        confirms = r.confirms
         reply_to = r.routing_key.startswith(_DIRECT_REPLY_TO)
         hid = " Confirms are on for this channel and RabbitMQ still acks returned messages, so a publisher " \
             "relying on confirms alone lost them silently." if confirms and not reply_to else ""  # fmt: skip
