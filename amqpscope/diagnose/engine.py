@@ -64,9 +64,11 @@ class Diagnoser:
     def quirk_list(self) -> list[Quirk]:
         return sorted(self.quirks.values(), key=lambda q: (q.library, -q.count, q.quirk))
 
-    def is_quirk(self, f: Finding) -> bool:
-        """Whether finding ``f`` is a deviation the broker accepts (needs ``f``'s connection fed)."""
-        return self._tolerance(f) is not None
+    def quirk_of(self, f: Finding) -> str | None:
+        """The quirk id when finding ``f`` is a deviation the broker accepts (``f`` and the events
+        of its connection before it must have been fed)."""
+        t = self._tolerance(f)
+        return t.id if t is not None else None
 
     def _tolerance(self, f: Finding) -> Tolerated | None:
         facts = self.col.conns.get(f.conn)
