@@ -7,14 +7,12 @@ from typing import IO, Any
 
 import click
 from rich.console import Console
-from rich.markup import escape
 
 from amqpscope.diagnose import Diagnoser, Diagnosis, Quirk, Thresholds
+from amqpscope.diagnose.text import render
 from amqpscope.output.records import dumps
 
 from .common import CaptureRun, input_options, load_codec, options_from, run_guarded, validate_with
-
-_STYLE = {"critical": "bold red", "error": "red", "warning": "yellow", "notice": "blue"}
 
 
 def threshold_options(f: Any) -> Any:
@@ -56,25 +54,7 @@ def run_diagnosis(files: tuple[str, ...], spec: str | None, ports: tuple[int, ..
 
 def render_text(out: IO[str], found: list[Diagnosis], quirks: list[Quirk]) -> None:
     console = Console(file=out, highlight=False, emoji=False, width=None if out.isatty() else 160)
-    if not found:
-        console.print("[green]nothing wrong[/]: no cause found" + (" (quirks below)" if quirks else ""))
-    for i, d in enumerate(found, 1):
-        style = _STYLE.get(d.severity, "white")
-        ch = "" if d.channel is None else f" ch{d.channel}"
-        where = f"{d.file}: " if d.file else ""
-        packets = ", ".join(f"#{p}" for p in d.packets[:12]) + (" …" if len(d.packets) > 12 else "")
-        console.print(f"{i:>2}. [{style}]{d.severity.upper():8}[/] [bold]{d.cause}[/]  {escape(where)}conn {d.conn}"
-                      f"{ch}  {d.until - d.since:.3f} s  packets {packets}")  # fmt: skip
-        console.print(f"    {escape(d.summary)}")
-        console.print(f"    [dim]broker: {escape(d.broker_action)}[/]")
-    if quirks:
-        console.print(f"[bold]quirks[/] (spec deviations the broker accepts; `validate --strict` lists them): "
-                      f"{sum(q.count for q in quirks)}")  # fmt: skip
-        for q in quirks:
-            where = f"{q.file}: " if q.file else ""
-            console.print(f"  {escape(where)}{escape(q.library)}: {q.quirk} ×{q.count} on {len(q.connections)} "
-                          f"connection{'s' if len(q.connections) != 1 else ''} — {escape(q.summary)} "
-                          f"[dim](first #{q.packets[0]})[/]")  # fmt: skip
+    render(console, [d.to_record() for d in found], [q.to_record() for q in quirks])
 
 
 @click.command()

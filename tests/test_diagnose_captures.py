@@ -114,3 +114,18 @@ def test_text_and_jsonl_formats(captures_dir: Path) -> None:
     assert "publisher-blocked" in text and "low on memory" in text and "quirks" in text
     healthy = CliRunner().invoke(cli, ["diagnose", "-T", "text", str(captures_dir / "s01_pika_topology.pcap")])
     assert healthy.output.startswith("nothing wrong")
+
+
+def test_stats_starts_with_the_diagnosis(captures_dir: Path) -> None:
+    files = [str(captures_dir / "s10_pika_blocked.pcap"), str(captures_dir / "s09_pika_errors.pcap")]
+    res = CliRunner().invoke(cli, ["stats", "-T", "json", *files])
+    doc = json.loads(res.output)
+    assert next(iter(doc)) == "diagnosis" and doc["diagnosis"]["nothing_wrong"] is False
+    causes = doc["diagnosis"]["causes"]
+    # the second file's connections are numbered on, as in the rest of the stats document
+    assert ("publisher-blocked", 0) in {(c["cause"], c["conn"]) for c in causes}
+    assert ("login-refused", 5) in {(c["cause"], c["conn"]) for c in causes}
+    clients = {c["conn"]: c["client"] for c in doc["connections"]}
+    assert all(clients[c["conn"]] == c["client"] for c in causes)
+    text = CliRunner().invoke(cli, ["stats", "-T", "rich", files[0]]).output
+    assert text.startswith("Diagnosis") and text.index("publisher-blocked") < text.index("Capture")

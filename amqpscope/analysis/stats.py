@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ..diagnose import Diagnoser
 from ..dissect.codec import get_codec
 from ..dissect.spec import Spec
 from ..events import C2S, Connection, Event, Finding, Frame, Message
@@ -93,6 +94,7 @@ class Analyzer:
         self.audit = SecurityAudit()
         self.channels = ChannelTable()
         self.flow = FlowControl()
+        self.diagnoser = Diagnoser()
         self.methods: dict[str, int] = {}
         self.frame_types: dict[str, int] = {}
         self.findings: dict[str, int] = {}
@@ -122,6 +124,7 @@ class Analyzer:
         """Start a new capture file: its connection ids follow on from this one's."""
         self._file += 1
         self._offset = self._max_conn + 1
+        self.diagnoser.next_file(None, self._offset)
 
     def feed_all(self, events: Iterable[Event]) -> Analyzer:
         for ev in events:
@@ -130,6 +133,7 @@ class Analyzer:
 
     def feed(self, ev: Event) -> None:
         self.events += 1
+        self.diagnoser.feed(ev)
         conn = ev.conn
         if self._offset and conn >= 0:
             conn += self._offset
@@ -240,6 +244,7 @@ class Analyzer:
         self.channels.finish(end)
         self.flow.finish(end)
         self.tracer.finish()
+        self.diagnoser.finish()
 
     @property
     def duration(self) -> float:
@@ -253,7 +258,11 @@ class Analyzer:
 
         d = self.duration
         rpc = self.rpc.result()
+        causes = self.diagnoser.result()
         return {
+            # first: what went wrong, ranked by impact (docs/diagnose.md), then the quirks
+            "diagnosis": {"nothing_wrong": not causes, "causes": [c.to_record() for c in causes],
+                          "quirks": [q.to_record() for q in self.diagnoser.quirk_list()]},
             "capture": {
                 "start": self.first_ts, "end": self.last_ts, "duration_s": round(d, 6), "events": self.events,
                 "frames": sum(self.frame_types.values()), "frame_types": dict(sorted(self.frame_types.items())),

@@ -26,6 +26,7 @@ class Diagnoser:
         self.diagnoses: list[Diagnosis] = []
         self.quirks: dict[tuple[str, str, str | None], Quirk] = {}
         self.file: str | None = None
+        self.offset = 0  # added to connection ids (stats numbers several files' connections on)
         self._ended: dict[int, int] = {}  # conn → packet of its Connection close event, not yet diagnosed
         self._done: set[int] = set()
 
@@ -49,13 +50,15 @@ class Diagnoser:
             new += self._diagnose(conn)
         return new
 
-    def next_file(self, name: str | None) -> list[Diagnosis]:
-        """Diagnose what is left of the previous file and start a new one (connection ids restart)."""
+    def next_file(self, name: str | None, offset: int = 0) -> list[Diagnosis]:
+        """Diagnose what is left of the previous file and start a new one (connection ids restart;
+        ``offset`` is added to the new file's ids in what is reported)."""
         new = self.finish()
         self.col = Collector()
         self._ended.clear()
         self._done = set()
         self.file = name
+        self.offset = offset
         return new
 
     def result(self) -> list[Diagnosis]:
@@ -87,7 +90,7 @@ class Diagnoser:
             q = self.quirks[key] = Quirk(quirk=t.id, rule=f.rule, library=library, summary=t.summary,
                                          source=t.source, file=self.file)  # fmt: skip
         q.count += 1
-        q.connections.add(f.conn)
+        q.connections.add(f.conn + self.offset)
         if len(q.packets) < MAX_QUIRK_PACKETS:
             q.packets.append(f.packet)
 
@@ -98,8 +101,8 @@ class Diagnoser:
         self._done.add(conn)
         facts = self.col.conns[conn]
         found = diagnose_connection(facts, self.col, self.thresholds)
-        if self.file is not None:
-            found = [_with_file(d, self.file) for d in found]
+        if self.file is not None or self.offset:
+            found = [replace(d, file=self.file, conn=d.conn + self.offset) for d in found]
         self.diagnoses += found
         return found
 
@@ -113,10 +116,6 @@ def diagnose_connection(facts: ConnFacts, col: Collector, th: Thresholds) -> lis
     found += network.ended(facts, th, explained)
     found += network.protocol_errors(facts, used)
     return found
-
-
-def _with_file(d: Diagnosis, name: str) -> Diagnosis:
-    return replace(d, file=name)
 
 
 def diagnose(events: Iterable[Event], thresholds: Thresholds | None = None) -> tuple[list[Diagnosis], list[Quirk]]:
