@@ -3,13 +3,44 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import click
 
+from amqpscope.analysis.flow import Ladder, build
 from amqpscope.analysis.html import render_html
+from amqpscope.events import Event
 
-from .common import input_options, run_guarded
+from .common import CaptureRun, input_options, run_guarded
 from .stats import no_validate_option, open_output, run_analysis
+
+LADDER_STEPS = 400  # steps drawn per diagnosed connection
+LADDER_EVENTS = 50_000  # events of one diagnosed connection kept to draw it
+
+
+def diagnosed_ladders(files: tuple[str, ...], capture: CaptureRun, offsets: list[int],
+                      report: dict[str, Any]) -> dict[int, Ladder]:  # fmt: skip
+    """The ladders of the connections a cause names, from a second pass over their files (the
+    first pass keeps no frames: only once it ends is it known which connections matter)."""
+    wanted: dict[int, set[int]] = {}  # file index → its own connection ids
+    for c in report["diagnosis"]["causes"]:
+        i = max(j for j, off in enumerate(offsets) if off <= c["conn"])
+        wanted.setdefault(i, set()).add(c["conn"] - offsets[i])
+    ladders: dict[int, Ladder] = {}
+    for i, conns in sorted(wanted.items()):
+        if i >= len(files) or files[i] == "-":
+            continue  # standard input cannot be read twice
+        kept: dict[int, list[Event]] = {c: [] for c in conns}
+        again = CaptureRun((files[i],), capture.codec, capture.options)
+        for ev in again.events():
+            bucket = kept.get(ev.conn)
+            if bucket is not None and len(bucket) < LADDER_EVENTS:
+                bucket.append(ev)
+        for conn, evs in kept.items():
+            ladder = build(evs, conn, limit=LADDER_STEPS)
+            if ladder is not None:
+                ladders[conn + offsets[i]] = ladder
+    return ladders
 
 
 @click.command()
@@ -31,7 +62,9 @@ def report(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], sho
                 os.unlink(output)  # nothing could be read: no empty page left behind
                 return capture.exit_code
             title = ", ".join("standard input" if f == "-" else os.path.basename(f) for f in files)
-            fh.write(render_html(analyzer, analyzer.report(), title))
+            report = analyzer.report()
+            ladders = diagnosed_ladders(files, capture, analyzer.diagnoser.file_offsets, report)
+            fh.write(render_html(analyzer, report, title, ladders))
         return capture.exit_code
 
     run_guarded(run)

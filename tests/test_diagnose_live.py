@@ -287,3 +287,24 @@ def test_details_of_the_recorded_causes(recordings: dict[str, Recording]) -> Non
     assert "channel_max (2)" in limit.summary
     lost = recordings["connection-lost"].found[0]
     assert lost.details["open_channels"] == [1] and lost.details["ended"] == "rst"
+
+
+def test_sniff_shows_a_cause_as_it_happens(rabbitmq: PrivateBroker, tmp_path: Path) -> None:
+    from test_sniff import Sniffer, _skip_unless_backend
+
+    _skip_unless_backend("tcpdump")
+    s = Sniffer(tmp_path, "-i", "lo", "--port", str(rabbitmq.port), "--format", "jsonl", "--capture-backend",
+                "tcpdump")  # fmt: skip
+    try:
+        login(rabbitmq)
+        # the diagnosis is in the stream while the capture still runs, not only at the end
+        s.wait_for(lambda r: r.get("kind") == "diagnosis" and r["cause"] == "login-refused")
+        assert s.proc.poll() is None
+    finally:
+        rc = s.stop()
+    assert rc == 0
+    recs = s.records()
+    d = next(r for r in recs if r.get("kind") == "diagnosis")
+    close = next(r for r in recs if r.get("method") == "connection.close" and r["conn"] == d["conn"])
+    assert close["packet"] in d["packets"] and d["client"].startswith("127.0.0.1:")
+    assert ", 1 causes;" in s.stderr  # the final summary line counts it

@@ -1,8 +1,9 @@
 """The diagnoser: one streaming pass that turns events into causes and quirks.
 
-A connection is diagnosed once it has ended and the events that belong to its end (findings the
-validator releases at the same packet) have passed, so live capture shows a cause as soon as its
-connection is over; ``finish`` diagnoses the connections still open when the capture ends.
+A connection is diagnosed at its ``connection`` close event (the core puts the ledger records a
+close causes just before it, and the validator the findings a close answers), so live capture shows
+a cause as soon as its connection is over; a violation the validator only releases after that
+event is diagnosed on its own. ``finish`` diagnoses the connections still open when the capture ends.
 """
 
 from __future__ import annotations
@@ -27,22 +28,31 @@ class Diagnoser:
         self.quirks: dict[tuple[str, str, str | None], Quirk] = {}
         self.file: str | None = None
         self.offset = 0  # added to connection ids (stats numbers several files' connections on)
-        self._ended: dict[int, int] = {}  # conn → packet of its Connection close event, not yet diagnosed
+        self.file_offsets = [0]  # each file's offset, in file order
         self._done: set[int] = set()
 
     def feed(self, ev: Event) -> list[Diagnosis]:
         """Take one event; returns the diagnoses it completed (for live output)."""
-        new: list[Diagnosis] = []
-        if self._ended:
-            for conn, packet in list(self._ended.items()):
-                if ev.packet > packet:
-                    new += self._diagnose(conn)
+        t = type(ev)
+        if t is Finding and ev.conn in self._done:
+            return self._late(ev)  # type: ignore[arg-type]
         self.col.feed(ev)
-        if type(ev) is Finding:
+        if t is Finding:
             self._quirk(ev)  # type: ignore[arg-type]
-        elif type(ev) is Connection and ev.state == "close":  # type: ignore[attr-defined]
-            self._ended[ev.conn] = ev.packet
-        return new
+        elif t is Connection and ev.state == "close":  # type: ignore[attr-defined]
+            return self._diagnose(ev.conn)
+        return []
+
+    def _late(self, f: Finding) -> list[Diagnosis]:
+        """A finding about a connection already diagnosed (released when it ended)."""
+        self._quirk(f)
+        facts = self.col.conns.get(f.conn)
+        if f.severity != "violation" or facts is None:
+            return []
+        facts.violations.append(f)
+        found = network.protocol_errors(ConnFacts(facts.who, facts.start_ts, facts.start_packet, violations=[f]),
+                                        set())  # fmt: skip
+        return self._keep(found)
 
     def finish(self) -> list[Diagnosis]:
         new: list[Diagnosis] = []
@@ -55,10 +65,10 @@ class Diagnoser:
         ``offset`` is added to the new file's ids in what is reported)."""
         new = self.finish()
         self.col = Collector()
-        self._ended.clear()
         self._done = set()
         self.file = name
         self.offset = offset
+        self.file_offsets.append(offset)
         return new
 
     def result(self) -> list[Diagnosis]:
@@ -95,12 +105,13 @@ class Diagnoser:
             q.packets.append(f.packet)
 
     def _diagnose(self, conn: int) -> list[Diagnosis]:
-        self._ended.pop(conn, None)
         if conn in self._done:
             return []
         self._done.add(conn)
         facts = self.col.conns[conn]
-        found = diagnose_connection(facts, self.col, self.thresholds)
+        return self._keep(diagnose_connection(facts, self.col, self.thresholds))
+
+    def _keep(self, found: list[Diagnosis]) -> list[Diagnosis]:
         if self.file is not None or self.offset:
             found = [replace(d, file=self.file, conn=d.conn + self.offset) for d in found]
         self.diagnoses += found
