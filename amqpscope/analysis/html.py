@@ -31,7 +31,7 @@ table{border-collapse:collapse;margin:.5em 0;font-size:.85em}
 td,th{border:1px solid #ddd;padding:2px 6px;text-align:left;vertical-align:top}
 td{white-space:nowrap;max-width:36em;overflow:hidden;text-overflow:ellipsis}
 th{background:#f4f4f4}td.n{text-align:right;font-variant-numeric:tabular-nums}.muted{color:#777}
-svg{background:#fff;border:1px solid #eee;margin:.4em 0;display:block}
+svg{background:#fff;border:1px solid #eee;margin:.4em 0;display:block;max-width:100%;height:auto}
 .cards{display:flex;flex-wrap:wrap;gap:.6em}.card{border:1px solid #ddd;border-radius:4px;padding:.4em .8em}
 .card b{display:block;font-size:1.3em}.row{display:flex;flex-wrap:wrap;gap:2em;align-items:flex-start}
 .scroll{overflow-x:auto;max-width:100%}
@@ -143,7 +143,8 @@ def line_plot(title: str, series: dict[str, list[tuple[float, float]]], unit: st
     def sy(y: float) -> float:
         return mt + ph * (1 - y / ymax)
 
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-size="11" '
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+           f'font-size="11" '
            f'font-family="sans-serif"><text x="{ml}" y="16" font-weight="bold">{esc(title)}</text>',
            f'<text x="{ml - 8}" y="{mt - 6}" text-anchor="end" fill="#555">{esc(unit)}</text>']  # fmt: skip
     for i in range(round(ymax / ystep) + 1):
