@@ -129,3 +129,21 @@ def test_stats_starts_with_the_diagnosis(captures_dir: Path) -> None:
     assert all(clients[c["conn"]] == c["client"] for c in causes)
     text = CliRunner().invoke(cli, ["stats", "-T", "rich", files[0]]).output
     assert text.startswith("Diagnosis") and text.index("publisher-blocked") < text.index("Capture")
+
+
+def test_decode_parquet_has_the_diagnoses(captures_dir: Path, tmp_path: Path) -> None:
+    import pyarrow.dataset as pads
+
+    files = [str(captures_dir / n) for n in ("s09_pika_errors.pcap", "s10_pika_blocked.pcap", "s01_pika_topology.pcap")]
+    res = CliRunner().invoke(cli, ["decode", "--format", "parquet", "-o", str(tmp_path / "pq"), *files])
+    assert res.exit_code == 0, res.output
+    rows = pads.dataset(str(tmp_path / "pq" / "diagnoses"), format="parquet", partitioning="hive").to_table()
+    got = sorted((r["capture"].rsplit("/", 1)[1], r["cause"], r["conn"], r["channel"], tuple(r["packets"]))
+                 for r in rows.to_pylist())  # fmt: skip
+    want = []
+    for f in files:
+        for c in _diagnose(Path(f))["causes"]:  # type: ignore[union-attr]
+            want.append((Path(f).name, c["cause"], c["conn"], c["channel"], tuple(c["packets"])))
+    assert got == sorted(want) and len(got) == 11
+    pre = next(r for r in rows.to_pylist() if r["cause"] == "precondition-failed")
+    assert dict(pre["details"])["declared_at"] == "22" and pre["time"] is not None

@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import hashlib
+import json
 import os
 import tempfile
 import time
@@ -29,6 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from amqpscope.capture import CaptureError, CaptureUnreadable, read_packets
+from amqpscope.diagnose import Diagnoser, Diagnosis
 from amqpscope.dissect.codec import Codec, get_codec
 from amqpscope.dissect.spec import DEFAULT_SPEC, bundled_spec_path
 from amqpscope.events import Event
@@ -269,6 +271,9 @@ def decode_capture(sl: Slice, config: JobConfig, constants: dict[str, str] | Non
     wanted = [name for name in config.tables if name in CORE_TABLES]
     schemas = {name: file_schema(name) for name in wanted}
     findings = "findings" in config.tables and config.validate
+    # diagnoses read the same Python events and the findings (without validation: none, like findings)
+    diagnoser = Diagnoser() if "diagnoses" in config.tables and config.validate else None
+    diagnosed: list[Diagnosis] = []
     stats = RunStats()
     options = Options(ports=config.ports, show_credentials=False, keep_bodies=False, tls_keylog=config.tls_keylog)
     error: BaseException | None = None
@@ -281,7 +286,7 @@ def decode_capture(sl: Slice, config: JobConfig, constants: dict[str, str] | Non
         mine = _mine(sl, config)
         dec = open_decoder(stream, _codec(config.spec), options, select=flow_selector(mine))
         try:
-            if findings:
+            if findings or diagnoser is not None:
                 # per slice: connection checks are exact; the few that look across connections
                 # (exclusive queues, exchanges declared elsewhere) see only this slice's connections
                 checker = _validator(config.spec).checker()
@@ -294,13 +299,23 @@ def decode_capture(sl: Slice, config: JobConfig, constants: dict[str, str] | Non
                         yield name, batch
                     for ev in events:
                         out = feed(ev)
-                        if out:
+                        if diagnoser is not None:
+                            diagnosed += diagnoser.feed(ev)
+                            for f in out:
+                                diagnosed += diagnoser.feed(f)
+                        if out and findings:
                             found += out
                     if len(found) >= config.batch_rows:
                         written += len(found)
                         yield "findings", events_batch(file_schema("findings"), found, constants)
                         found = []
-                found += checker.finish()
+                last = checker.finish()
+                if findings:
+                    found += last
+                if diagnoser is not None:
+                    for f in last:
+                        diagnosed += diagnoser.feed(f)
+                    diagnosed += diagnoser.finish()
             else:
                 while (batches := dec.arrow(schemas, constants, TABLE_OF_KIND, config.batch_rows)) is not None:
                     for name, obj in batches.items():
@@ -319,6 +334,9 @@ def decode_capture(sl: Slice, config: JobConfig, constants: dict[str, str] | Non
     if found:
         written += len(found)
         yield "findings", events_batch(file_schema("findings"), found, constants)
+    if diagnosed:
+        written += len(diagnosed)
+        yield "diagnoses", records_batch(file_schema("diagnoses"), [diagnosis_row(d) for d in diagnosed], constants)
     if error is not None and "errors" in config.tables and _reports(error, sl):
         code = error.exit_code if isinstance(error, CaptureError) else EXIT_INTERNAL
         message = str(error) if isinstance(error, CaptureError) else f"{type(error).__name__}: {error}"
@@ -330,6 +348,14 @@ def decode_capture(sl: Slice, config: JobConfig, constants: dict[str, str] | Non
         acc.update(slice=sl.index, slices=sl.count, size=sl.size, rows=written,
                    seconds=time.perf_counter() - started, ok=error is None)  # fmt: skip
         yield "captures", records_batch(file_schema("captures"), [acc], constants)
+
+
+def diagnosis_row(d: Diagnosis) -> dict[str, Any]:
+    """A ``diagnoses`` row: the diagnosis record, ``ts`` its start, details as a string map."""
+    rec = d.to_record()
+    rec["ts"] = d.since
+    rec["details"] = [(k, v if isinstance(v, str) else json.dumps(v, default=str)) for k, v in d.details.items()]
+    return rec
 
 
 def _reports(error: BaseException, sl: Slice) -> bool:
