@@ -211,6 +211,36 @@ class Finding(Event):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Ledger(Event):
+    """What the core's protocol bookkeeping concluded at ``packet`` (``entry`` says about what):
+    a delivery and its settling, a bad ack, a confirm, a request/response pair, a heartbeat miss…
+    The fields each entry sets are listed in docs/analytics.md; durations are seconds."""
+
+    kind: ClassVar[str] = "ledger"
+    entry: str  # deliver | settle | bad-ack | release | rollback | qos | consumer | at-limit | confirm |
+    # bad-confirm | unconfirmed | return | pair | heartbeat-miss | heartbeat
+    method: str | None = None  # the method at ``packet`` (basic.ack, basic.deliver, a pair's reply…)
+    request: str | None = None  # pair: the request
+    tag: int | None = None  # delivery tag, or publish sequence number
+    count: int = 1  # deliveries, publishes or requests covered (consumer: delivered; heartbeat: frames)
+    multiple: bool = False
+    requeue: bool = False
+    redelivered: bool = False
+    returned: bool = False  # a confirmed/unconfirmed publish that came back with basic.return
+    outcome: str | None = None
+    latency: float | None = None  # request, delivery or publish → its answer
+    duration: float | None = None  # at the prefetch limit, silent (heartbeat), held until released
+    idle: float | None = None  # heartbeat: silence from the direction's last frame to the TCP end
+    in_flight: int | None = None  # unacked consumer deliveries on the channel after the entry
+    limit: int | None = None  # prefetch count, or the negotiated heartbeat interval
+    consumer_tag: str | None = None
+    exchange: str | None = None
+    routing_key: str | None = None
+    ref_packet: int | None = None  # the other proving packet: the delivery, publish or request
+    ref_channel: int | None = None  # bad-ack "wrong channel": where the tag is outstanding
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Accounting(Event):
     """Where every byte of every AMQP stream went (``decode --stats``): nothing is lost silently."""
 
@@ -229,5 +259,5 @@ class Accounting(Event):
 
 
 EVENT_TYPES: tuple[type[Event], ...] = (
-    ProtocolHeader, Frame, Message, Gap, Resync, Malformed, Connection, Finding, Accounting, Tls,
+    ProtocolHeader, Frame, Message, Gap, Resync, Malformed, Connection, Finding, Accounting, Tls, Ledger,
 )  # fmt: skip

@@ -41,6 +41,7 @@ class Options:
     keep_bodies: bool = True  # keep message bodies in memory for --body preview/full
     tls_keylog: str = field(default="", repr=False)  # NSS key log text (--tls-keylog); never shown
     validate: bool = False  # inline findings from the core's validator after the events they concern
+    ledger: bool = False  # also emit the core's ledger events (stats, report, Parquet read them)
 
 
 def read_keylogs(keylog: str | Path | Iterable[str | Path] | None) -> str:
@@ -134,6 +135,7 @@ def open_decoder(
         select,
         options.tls_keylog or None,
         _validation(codec, options),
+        options.ledger,
     )
 
 
@@ -215,6 +217,7 @@ def decode_packets(
         idle_timeout_ns,
         options.tls_keylog or None,
         _validation(codec, options),
+        options.ledger,
     )
     return chain.from_iterable(_staged(_engine_batches(engine, iter(packets), stats), stages))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import IO, Any
 
 import click
@@ -89,9 +90,12 @@ def _size(path: str) -> int:
 @click.option("--stats", is_flag=True, help="End with an accounting record: where every stream byte went.")
 @click.option("--no-progress", is_flag=True, help="No progress bar on stderr.")
 @click.option("--no-validate", is_flag=True, help="No inline findings (spec validation, see 'amqpscope validate').")
+@click.option("--ledger", is_flag=True,
+              help="Also the core's ledger events: settled deliveries, bad acks, confirms, request/response pairs, "
+                   "heartbeat misses (see docs/analytics.md).")  # fmt: skip
 def decode(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], show_credentials: bool, fmt: str,
            out: str | None, verbose: bool, count: int | None, display_filter: str | None, body: str | None,
-           stats: bool, no_progress: bool, no_validate: bool) -> None:  # fmt: skip
+           stats: bool, no_progress: bool, no_validate: bool, ledger: bool) -> None:  # fmt: skip
     """Decode AMQP in capture FILES (pcap, pcapng, compressed; - for stdin)."""
     if fmt == "parquet" or out is not None:
         given = {"-Y/--filter": display_filter is not None, "--body": body is not None, "-c/--count": count is not None,
@@ -103,7 +107,8 @@ def decode(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], sho
         predicate = compile_filter(display_filter)
         codec = load_codec(spec)
         writer = make_writer(fmt, body, verbose)
-        capture = CaptureRun(files, codec, options_from(ports, show_credentials, keep_bodies=writer.body != "none"))
+        options = options_from(ports, show_credentials, keep_bodies=writer.body != "none")
+        capture = CaptureRun(files, codec, replace(options, ledger=ledger))
         capture.max_packets = count
         if not no_validate:
             validate_with(capture, codec.spec)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from typing import IO, Any, TypeVar
 
 import click
@@ -21,10 +22,12 @@ def run_analysis(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...
                  validate: bool = True) -> tuple[Analyzer, CaptureRun]:  # fmt: skip
     """Decode FILES and feed every event to one Analyzer (bodies are hashed, not kept).
 
-    With ``validate`` the validator runs as a pipeline stage, so its findings are counted by rule."""
+    With ``validate`` the validator runs as a pipeline stage, so its findings are counted by rule. The
+    core's ledger events (acks, confirms, pairs, heartbeats) come with the decoded events."""
     codec = load_codec(spec)
-    capture = CaptureRun(files, codec, options_from(ports, show_credentials, keep_bodies=False))
-    analyzer = Analyzer(codec.spec)
+    options = replace(options_from(ports, show_credentials, keep_bodies=False), ledger=True)
+    capture = CaptureRun(files, codec, options)
+    analyzer = Analyzer(codec.spec, ledger_in_stream=True)
     if validate:
         validate_with(capture, codec.spec)
     seen = 0

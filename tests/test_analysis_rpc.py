@@ -8,21 +8,33 @@ from pathlib import Path
 
 import pytest
 
-from amqpscope.analysis.rpc import RpcPairing
 from amqpscope.dissect.codec import get_codec
+from amqpscope.dissect.errata import request_table
 
 from .analysis_events import Script, capture_report
+from .oracle import request_latencies
 
 
-def test_every_synchronous_request_of_s02_and_s04_is_answered() -> None:
+def test_every_synchronous_request_of_s02_and_s04_is_answered(captures_dir: Path) -> None:
     for name in ("s02_pika_confirms.pcap", "s04_pika_consumer_acks.pcap"):
         r = capture_report(name)
         assert r["rpc_unanswered"] == [] and r["rpc_unexpected_replies"] == {}
+        # request → reply times from the packets' timestamps and the oracle's frame numbers
+        want = request_latencies(captures_dir, name)
+        assert set(want) == {m for m, st in r["rpc"].items() if st["answered"]}
         for method, st in r["rpc"].items():
             assert st["unanswered"] == 0 and st["closed_by_peer"] == 0, (name, method)
             assert st["answered"] + st["no_wait"] == st["count"], (name, method)
             if st["answered"]:
-                assert st["latency_ms"]["p50"] is not None and st["latency_ms"]["p50"] >= 0
+                lat = sorted(want[method])
+                assert st["answered"] == len(lat), (name, method)
+                assert st["latency_ms"]["max"] == pytest.approx(lat[-1] * 1000, abs=2e-3), (name, method)
+                assert st["latency_ms"]["p50"] == pytest.approx(_median(lat) * 1000, abs=2e-3), (name, method)
+
+
+def _median(values: list[float]) -> float:
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
 
 
 def test_rpc_counts_follow_the_tshark_oracle(captures_dir: Path) -> None:
@@ -93,8 +105,22 @@ def test_latency_pipelining_no_wait_and_the_end_of_the_capture() -> None:
 
 
 def test_recover_is_paired_by_hand_and_the_spec_pairs_the_rest() -> None:
-    rpc = RpcPairing(get_codec().spec)
-    assert rpc.responses["basic.recover"] == ("basic.recover-ok",)
-    assert set(rpc.responses["basic.get"]) == {"basic.get-ok", "basic.get-empty"}
-    assert rpc.responses["confirm.select"] == ("confirm.select-ok",)
-    assert "basic.publish" not in rpc.responses and "basic.recover-async" not in rpc.responses
+    responses = request_table(get_codec().spec)
+    assert responses["basic.recover"] == ("basic.recover-ok",)
+    assert set(responses["basic.get"]) == {"basic.get-ok", "basic.get-empty"}
+    assert responses["confirm.select"] == ("confirm.select-ok",)
+    assert "basic.publish" not in responses and "basic.recover-async" not in responses
+
+
+def test_the_core_pairs_what_the_errata_say() -> None:
+    """The tables hand the errata to the core: the validator's pairing and the ledger agree."""
+    from amqpscope.dissect.tables import compile_tables
+    from amqpscope.validate.pairing import Pairing
+
+    spec = get_codec().spec
+    methods = {m["name"]: m for m in compile_tables(spec)["methods"]}
+    table = request_table(spec)
+    assert {n for n, m in methods.items() if m["synchronous"] and m["responses"]} == set(table)
+    assert methods["basic.recover"]["responses"] == ["basic.recover-ok"] and methods["basic.recover"]["synchronous"]
+    assert methods["confirm.select"]["no_wait"] == "nowait" and methods["queue.declare"]["no_wait"] == "no_wait"
+    assert Pairing(spec).requests["basic.recover"] == frozenset({"basic.recover-ok"})

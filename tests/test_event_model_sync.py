@@ -45,7 +45,8 @@ def test_core_records_have_the_python_fields_in_order(tmp_path: Path) -> None:
     seen: dict[str, list[str]] = {}
     tls = ROOT / "samples" / "tls" / "amqps-tls13"
     keyed = Options(tls_keylog=tls.with_suffix(".keys").read_text())
-    for path, options in [*((p, None) for p in sources), (tls.with_suffix(".pcap"), keyed)]:
+    ledger = Options(ledger=True)
+    for path, options in [*((p, ledger) for p in sources), (tls.with_suffix(".pcap"), keyed)]:
         for chunk in jsonl_batches(path, options=options):
             for line in chunk.splitlines():
                 rec = json.loads(line)
@@ -57,9 +58,34 @@ def test_core_records_have_the_python_fields_in_order(tmp_path: Path) -> None:
         assert keys == _record_names(by_kind[kind]), kind
 
 
+def test_ledger_events_only_when_asked_for() -> None:
+    """``decode`` stays as it was: the ledger's events come with ``Options(ledger=True)`` only."""
+    path = ROOT / "samples" / "confirms.pcap"
+    plain = [json.loads(line)["kind"] for chunk in jsonl_batches(path) for line in chunk.splitlines()]
+    full = [json.loads(line)["kind"] for chunk in jsonl_batches(path, options=Options(ledger=True))
+            for line in chunk.splitlines()]  # fmt: skip
+    assert "ledger" not in plain and "ledger" in full
+    assert [k for k in full if k != "ledger"] == plain
+
+
+def test_every_ledger_entry_and_outcome_is_documented() -> None:
+    """The entries and outcomes the core makes are those docs/analytics.md lists."""
+    doc = (ROOT / "docs" / "analytics.md").read_text()
+    seen: set[tuple[str, str | None]] = set()
+    for src in sorted(CAPTURES.glob("*.pcap")):
+        for chunk in jsonl_batches(src, options=Options(ledger=True, ports=frozenset({5672, 5673}))):
+            for line in chunk.splitlines():
+                rec = json.loads(line)
+                if rec["kind"] == "ledger":
+                    seen.add((rec["entry"], rec["outcome"]))
+    for entry, outcome in seen:
+        assert f"`{entry}`" in doc, entry
+        assert outcome is None or f"`{outcome}`" in doc, (entry, outcome)
+
+
 def test_core_objects_are_the_python_classes() -> None:
     stats = RunStats()
-    for ev in decode_source(ROOT / "samples" / "confirms.pcap", stats=stats):
+    for ev in decode_source(ROOT / "samples" / "confirms.pcap", stats=stats, options=Options(ledger=True)):
         assert type(ev) in EVENT_TYPES
         for f in dataclasses.fields(ev):
             getattr(ev, f.name)  # every slot set

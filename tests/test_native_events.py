@@ -42,7 +42,7 @@ SAMPLES = sorted((ROOT / "samples").glob("*.pcap"))
 SHARED = sorted(CAPTURES.glob("*.pcap")) if CAPTURES.is_dir() else []
 ALL = SHARED + SAMPLES
 SMALL = [p for p in ALL if p.stat().st_size < 1_000_000]  # the damaged variants: Python decodes them
-OPTIONS = Options(ports=frozenset({5672, 5673, 25672}))
+OPTIONS = Options(ports=frozenset({5672, 5673, 25672}), ledger=True)  # ledger events checked too
 BODIES = ("none", "preview", "full")
 
 

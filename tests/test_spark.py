@@ -35,7 +35,7 @@ from amqpscope.spark.split import plan_slices as plan_flows
 from amqpscope.spark.worker import Slice
 from amqpscope.validate.validator import Validator
 
-COMPARED = ("events", "messages", "connections", "findings")  # event tables compared row by row
+COMPARED = ("events", "messages", "connections", "findings", "ledger")  # event tables compared row by row
 
 
 # --- single-process reference ---------------------------------------------------------------------
@@ -47,7 +47,7 @@ def reference_events(uri: str) -> tuple[list[Event], CaptureError | None]:
     try:
         codec = get_codec()
         stages = (Validator(codec.spec).stage,)  # as `amqpscope decode` does by default
-        for ev in decode_source(local_path(uri), codec, Options(), stages=stages):
+        for ev in decode_source(local_path(uri), codec, Options(ledger=True), stages=stages):
             events.append(ev)
     except CaptureError as exc:
         return events, exc

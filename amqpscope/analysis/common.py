@@ -4,19 +4,6 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from ..events import C2S, S2C
-
-
-def flag(args: dict[str, Any] | None, *names: str) -> bool:
-    """True when any of ``names`` is set; the spec spells it no_wait in most classes, nowait in confirm."""
-    if not args:
-        return False
-    return any(bool(args.get(n)) for n in names)
-
-
-def other(direction: str | None) -> str:
-    return S2C if direction == C2S else C2S
-
 
 def ms(seconds: float) -> float:
     return round(seconds * 1000.0, 3)
@@ -41,8 +28,8 @@ V = TypeVar("V")
 class ConnKeyed(dict[K, V]):
     """A dict keyed by tuples that start with a connection id, which also finds a connection's keys.
 
-    Ledgers drop everything of a connection when it ends; scanning every key for that would make
-    a capture with many concurrent connections quadratic.
+    Tables per channel drop everything of a connection when it ends; scanning every key for that
+    would make a capture with many concurrent connections quadratic.
     """
 
     def __init__(self) -> None:

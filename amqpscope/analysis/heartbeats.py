@@ -1,22 +1,23 @@
 """Heartbeat and connection-end analysis: negotiated interval against observed silence.
 
-Any frame counts as activity (the spec: a peer may treat any octet as a heartbeat), so the
-silence of a direction is the longest gap between its frames after tune-ok. A direction silent
-for more than two intervals is one the receiving peer should have closed for missed heartbeats
-(the spec's rule, and RabbitMQ's: "missed heartbeats from client"). Silence that runs into the
-end of the connection is measured separately (``idle_before_end``): a TCP FIN or RST after it
-is a close for missed heartbeats (or by an idle-reaping proxy when no heartbeat was negotiated),
-whereas silence followed by more traffic is a peer that should have closed and did not.
-Connections ending on FIN or RST without connection.close are told apart from clean closes and
-from closes that never got their close-ok.
+The silences are measured once, in the core's ledger (``crates/amqpscope-core/src/ledger/
+heartbeats.rs``): any frame counts as activity, and each direction's ``heartbeat`` record at the
+end of the connection gives its heartbeat frames, its longest silence after tune-ok and the
+silence that ran into the TCP end (``idle``). A direction silent for more than two intervals is
+one the receiving peer should have closed for missed heartbeats (the spec's rule, and RabbitMQ's:
+"missed heartbeats from client"); silence that runs into a TCP FIN or RST is a close for missed
+heartbeats (or by an idle-reaping proxy when no heartbeat was negotiated), whereas silence
+followed by more traffic is a peer that should have closed and did not. Connections ending on FIN
+or RST without connection.close are told apart from clean closes and from closes that never got
+their close-ok.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..events import C2S, S2C, Connection, Frame
+from ..events import C2S, S2C, Connection, Frame, Ledger
 from .common import MAX_LISTED
 
 
@@ -41,89 +42,54 @@ class HeartbeatResult:
     verdict: str
 
 
-@dataclass(slots=True)
-class _Conn:
-    proposed: int | None = None
-    negotiated: int | None = None
-    since: float | None = None  # tune-ok time: silence is measured from here
-    last: dict[str, float] = field(default_factory=dict)
-    silence: dict[str, float] = field(default_factory=dict)
-    tail: dict[str, float] = field(default_factory=dict)
-    beats: dict[str, int] = field(default_factory=lambda: {C2S: 0, S2C: 0})
-    close_seen: bool = False
-    close_ok: bool = False
-
-
 class HeartbeatAnalyzer:
     def __init__(self) -> None:
-        self.conns: dict[int, _Conn] = {}
+        self.proposed: dict[int, int | None] = {}
+        self.closing: dict[int, tuple[bool, bool]] = {}  # conn → (connection.close seen, close-ok seen)
+        self.records: dict[int, dict[str, Ledger]] = {}  # conn → direction → its heartbeat record
         self.results: list[HeartbeatResult] = []
         self.counts: dict[str, int] = {}
         self.total = 0
         self.frames = 0
         self.negotiated: dict[str, int] = {}  # interval (s, "none" when tune-ok was not seen) → connections
 
-    def _c(self, conn: int) -> _Conn:
-        c = self.conns.get(conn)
-        if c is None:
-            c = self.conns[conn] = _Conn()
-        return c
-
-    def feed(self, ev: Frame, conn: int) -> None:
-        c = self.conns.get(conn)
-        if c is None:
-            c = self.conns[conn] = _Conn()
-        d = ev.dir or C2S
-        ts = ev.ts
-        if c.since is not None:
-            # inline: this runs for every frame of the capture
-            prev = c.last.get(d)
-            if prev is not None and ts - prev > c.silence.get(d, 0.0):
-                c.silence[d] = ts - prev
-            c.last[d] = ts
-        ftype = ev.type
-        if ftype == "heartbeat":
-            c.beats[d] = c.beats.get(d, 0) + 1
-            return
-        if ftype != "method" or ev.channel:
-            return
+    def frame(self, ev: Frame, conn: int) -> None:
+        """Connection methods (channel 0): the server's proposal and how the connection closed."""
         m = ev.method
         if m == "connection.tune":
-            c.proposed = (ev.args or {}).get("heartbeat")
-        elif m == "connection.tune-ok":
-            c.negotiated = (ev.args or {}).get("heartbeat")
-            c.since = ts
-            c.last = {C2S: ts, S2C: ts}
-        elif m == "connection.close":
-            c.close_seen = True
-        elif m == "connection.close-ok":
-            c.close_ok = True
+            self.proposed[conn] = (ev.args or {}).get("heartbeat")
+        elif m == "connection.close" or m == "connection.close-ok":
+            close, ok = self.closing.get(conn, (False, False))
+            self.closing[conn] = (close or m == "connection.close", ok or m == "connection.close-ok")
+
+    def feed(self, ev: Ledger, conn: int) -> None:
+        if ev.entry == "heartbeat" and ev.dir is not None:
+            self.records.setdefault(conn, {})[ev.dir] = ev
 
     def connection_ended(self, ev: Connection, conn: int) -> None:
-        c = self.conns.pop(conn, None) or _Conn()
-        if c.since is not None and ev.ended in ("fin", "rst", "eof"):
-            # a peer that goes silent until TCP dies: that last silence is what got it closed
-            for d in (C2S, S2C):
-                prev = c.last.get(d)
-                if prev is not None:
-                    c.tail[d] = max(0.0, ev.ts - prev)
-        hb = c.negotiated
+        rec = self.records.pop(conn, {})
+        close_seen, close_ok = self.closing.pop(conn, (False, False))
+        proposed = self.proposed.pop(conn, None)
+        hb = next((r.limit for r in rec.values()), None)
+        silence = {d: r.duration for d, r in rec.items() if r.duration is not None}
+        tail = {d: r.idle for d, r in rec.items() if r.idle is not None}
+        beats = {d: r.count for d, r in rec.items()}
         missed: tuple[str, ...] = ()
         closed_for: tuple[str, ...] = ()
         if hb:
-            missed = tuple(d for d in (C2S, S2C) if c.silence.get(d, 0.0) > 2 * hb)
-            closed_for = tuple(d for d in (C2S, S2C) if c.tail.get(d, 0.0) > 2 * hb)
-        verdict = _verdict(hb, missed, closed_for, ev.ended, c.close_seen, c.close_ok, c.tail)
+            missed = tuple(d for d in (C2S, S2C) if silence.get(d, 0.0) > 2 * hb)
+            closed_for = tuple(d for d in (C2S, S2C) if tail.get(d, 0.0) > 2 * hb)
+        verdict = _verdict(hb, missed, closed_for, ev.ended, close_seen, close_ok, tail)
         self.counts[verdict] = self.counts.get(verdict, 0) + 1
         self.total += 1
-        self.frames += c.beats.get(C2S, 0) + c.beats.get(S2C, 0)
+        self.frames += beats.get(C2S, 0) + beats.get(S2C, 0)
         key = "none" if hb is None else str(hb)
         self.negotiated[key] = self.negotiated.get(key, 0) + 1
         if len(self.results) < MAX_LISTED:
             self.results.append(HeartbeatResult(
-                conn, ev.client, ev.server, c.proposed, hb, c.beats.get(C2S, 0), c.beats.get(S2C, 0),
-                _round(c.silence.get(C2S)), _round(c.silence.get(S2C)), _round(c.tail.get(C2S)),
-                _round(c.tail.get(S2C)), missed, closed_for, ev.ended, c.close_ok, ev.close_by,
+                conn, ev.client, ev.server, proposed, hb, beats.get(C2S, 0), beats.get(S2C, 0),
+                _round(silence.get(C2S)), _round(silence.get(S2C)), _round(tail.get(C2S)),
+                _round(tail.get(S2C)), missed, closed_for, ev.ended, close_ok, ev.close_by,
                 verdict))  # fmt: skip
 
     def result(self) -> dict[str, Any]:

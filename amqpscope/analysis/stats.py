@@ -12,16 +12,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from .. import _native
 from ..diagnose import Diagnoser
 from ..dissect.codec import get_codec
 from ..dissect.spec import Spec
-from ..events import C2S, Connection, Event, Finding, Frame, Message
+from ..dissect.tables import to_json
+from ..events import C2S, Connection, Event, Finding, Frame, Ledger, Message
 from .audit import SecurityAudit
 from .channels import ChannelTable
 from .common import MAX_LISTED, client_version
-from .confirms import METHODS as CONFIRM_METHODS
+from .confirms import ENTRIES as CONFIRM_ENTRIES
 from .confirms import ConfirmLedger
-from .deliveries import METHODS as DELIVERY_METHODS
+from .deliveries import ENTRIES as DELIVERY_ENTRIES
 from .deliveries import DeliveryLedger
 from .flowcontrol import METHODS as FLOW_METHODS
 from .flowcontrol import FlowControl
@@ -34,6 +36,8 @@ from .tracing import Tracer
 QUEUE_METHODS = frozenset({"queue.declare", "queue.bind", "queue.unbind", "queue.purge", "queue.delete",
                            "basic.consume", "basic.get"})  # fmt: skip
 SETTLE_METHODS = frozenset({"basic.ack", "basic.nack", "basic.reject"})
+# frames counted as sent by the delivery and confirm analyses (the ledger counts what they settle)
+COUNTED_FRAMES = frozenset({"basic.ack", "basic.nack", "basic.reject", "basic.cancel", "basic.publish"})
 MAX_NAMES = 10_000  # distinct exchange/queue/routing-key names kept; the rest are counted as "(other)"
 
 
@@ -83,10 +87,18 @@ class _Names:
 
 
 class Analyzer:
-    def __init__(self, spec: Spec | None = None) -> None:
+    """``ledger_in_stream``: the events come from a decoder with the ledger on (``Options(ledger=
+    True)``) and carry the core's ledger events; otherwise the Analyzer runs the core's ledger on
+    them itself (``_native.Ledger``), and ledger events in them are ignored."""
+
+    def __init__(self, spec: Spec | None = None, ledger_in_stream: bool = False) -> None:
         self.spec = spec or get_codec().spec
-        self.rpc = RpcPairing(self.spec)
-        self._rpc_methods = self.rpc.watched
+        self._own_ledger: Any = None
+        if not ledger_in_stream:
+            tables = get_codec().tables if spec is None else to_json(spec)
+            self._own_ledger = _native.Ledger(tables)
+        self._last_packet = 0
+        self.rpc = RpcPairing()
         self.confirms = ConfirmLedger()
         self.deliveries = DeliveryLedger()
         self.heartbeats = HeartbeatAnalyzer()
@@ -132,8 +144,45 @@ class Analyzer:
         return self
 
     def feed(self, ev: Event) -> None:
+        t = type(ev)
+        own = self._own_ledger
+        if t is Ledger:
+            if own is None:
+                self._ledger(ev, self._conn(ev.conn))  # type: ignore[arg-type]
+            return
+        if own is None:
+            self._event(ev)
+            return
+        records = own.feed(ev)
+        # what a connection close releases is the connection's ledger: read before the close
+        closing = t is Connection and ev.state == "close"  # type: ignore[attr-defined]
+        if not closing:
+            self._event(ev)
+        for rec in records:
+            self._ledger(rec, self._conn(rec.conn))
+        if closing:
+            self._event(ev)
+
+    def _conn(self, conn: int) -> int:
+        return conn + self._offset if self._offset and conn >= 0 else conn
+
+    def _ledger(self, ev: Ledger, conn: int) -> None:
+        self.diagnoser.feed(ev)
+        entry = ev.entry
+        if entry in DELIVERY_ENTRIES:
+            self.deliveries.feed(ev, conn)
+        elif entry in CONFIRM_ENTRIES:
+            self.confirms.feed(ev, conn)
+        elif entry == "pair":
+            self.rpc.feed(ev, conn)
+        elif entry == "heartbeat":
+            self.heartbeats.feed(ev, conn)
+
+    def _event(self, ev: Event) -> None:
         self.events += 1
         self.diagnoser.feed(ev)
+        if ev.packet > self._last_packet:
+            self._last_packet = ev.packet
         conn = ev.conn
         if self._offset and conn >= 0:
             conn += self._offset
@@ -154,7 +203,7 @@ class Analyzer:
             self.body_bytes += msg.body_size
             self.tracer.feed(msg, conn)
             if msg.method == "basic.return":
-                self.confirms.feed_message(msg, conn)
+                self.confirms.message(msg, conn)
                 self._reply_code("basic.return", msg.args.get("reply_code"))
         elif t is Connection:
             self._connection(ev, conn)  # type: ignore[arg-type]
@@ -172,7 +221,6 @@ class Analyzer:
     def _frame(self, ev: Frame, conn: int) -> None:
         ftype = ev.type
         self.frame_types[ftype] = self.frame_types.get(ftype, 0) + 1
-        self.heartbeats.feed(ev, conn)
         if ftype == "body":
             return
         if ev.channel:
@@ -181,14 +229,11 @@ class Analyzer:
         if ftype != "method" or method is None:
             return
         self.methods[method] = self.methods.get(method, 0) + 1
-        # each ledger sees only the methods it reads: most frames of a busy capture are publishes,
-        # deliveries and acks, and the dispatch is the cost that matters
-        if method in self._rpc_methods:
-            self.rpc.feed(ev, conn)
-        if method in CONFIRM_METHODS:
-            self.confirms.feed_frame(ev, conn)
-        if method in DELIVERY_METHODS:
-            self.deliveries.feed(ev, conn)
+        if method in COUNTED_FRAMES:
+            self.deliveries.frame(ev, conn)
+            self.confirms.frame(ev, conn)
+        elif not ev.channel and method.startswith("connection."):
+            self.heartbeats.frame(ev, conn)
         if method in FLOW_METHODS and (self.flow.open or method != "basic.publish"):
             self.flow.feed(ev, conn)
         args = ev.args or {}
@@ -221,9 +266,7 @@ class Analyzer:
             return
         first, channels = self._open.pop(conn, (ev.ts, 0))
         at_eof = ev.ended == "eof"
-        self.rpc.connection_ended(conn, at_eof)
-        self.confirms.connection_ended(conn, at_eof)
-        self.deliveries.connection_ended(conn, ev.ts, at_eof)
+        self.deliveries.connection_ended(conn)
         self.channels.connection_ended(conn, ev.ts, at_eof)
         self.flow.connection_ended(conn, ev.ts)
         self.heartbeats.connection_ended(ev, conn)
@@ -238,9 +281,10 @@ class Analyzer:
 
     def finish(self) -> None:
         end = self.last_ts or 0.0
-        self.rpc.finish()
-        self.confirms.finish()
-        self.deliveries.finish(end)
+        if self._own_ledger is not None:
+            # events without their connections' closes (hand-made ones): held as at a capture's end
+            for rec in self._own_ledger.finish(self._last_packet, end):
+                self._ledger(rec, self._conn(rec.conn))
         self.channels.finish(end)
         self.flow.finish(end)
         self.tracer.finish()

@@ -1,7 +1,8 @@
 """The spec model compiled to plain data for the native core (one JSON document).
 
 The core executes these tables instead of generated code: per method its ids, the name the events
-show, the content flag and its argument reads; per content class its properties in flag order. An
+show, the content flag, its argument reads and what answers it (for the ledger, with the errata of
+``errata.py``); per content class its properties in flag order. An
 argument read is either a *fixed run* (consecutive fixed-width fields and packed bits, read as one
 unit, as the Python decoders do with one ``struct``: a run that does not fit is one error) or a
 single variable-width field (``shortstr``, ``longstr``, ``table``). Names are the keys of the
@@ -21,6 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from . import errata
 from .spec import DEFAULT_SPEC, Field, Spec, bundled_spec_path, load_spec
 
 FORMAT = 1
@@ -93,6 +95,10 @@ def compile_tables(spec: Spec) -> dict[str, Any]:
             "sent_by": sorted(m.sent_by()),
             "opens_stream": (m.class_index, m.index) == opener,
             "reads": _reads(m.fields),
+            # request/response pairs for the core's ledger, errata applied (errata.py)
+            "synchronous": errata.synchronous(m),
+            "responses": list(errata.responses(m)),
+            "no_wait": errata.no_wait_field(m),
         }
         for m in spec.methods()
     ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..events import Connection, Event, Finding, Frame, Gap, Malformed, Message, ProtocolHeader, Resync
+from ..events import Connection, Event, Finding, Frame, Gap, Ledger, Malformed, Message, ProtocolHeader, Resync
 
 # the arguments worth a glance, per method; anything not listed shows its non-reserved arguments
 _KEY_ARGS: dict[str, tuple[str, ...]] = {
@@ -97,4 +97,35 @@ def summary(ev: Event) -> str:
     if isinstance(ev, Finding):
         code = f" [{ev.code}]" if ev.code else ""
         return f"{ev.severity.upper()} {ev.rule}{code}: {ev.message}"
+    if isinstance(ev, Ledger):
+        return ledger_summary(ev)
     return ev.kind
+
+
+def ledger_summary(ev: Ledger) -> str:
+    """``ledger settle basic.ack tag=3 ack latency=1.2 ms (packet 9)``: the entry, then what it set."""
+    parts = [f"ledger {ev.entry}"]
+    if ev.request:
+        parts.append(f"{ev.request} →")
+    if ev.method:
+        parts.append(ev.method)
+    if ev.tag is not None:
+        parts.append(f"tag={ev.tag}" + (" multiple" if ev.multiple else ""))
+    if ev.outcome:
+        parts.append(ev.outcome)
+    if ev.count != 1:
+        parts.append(f"count={ev.count}")
+    for name, value in (("latency", ev.latency), ("duration", ev.duration), ("idle", ev.idle)):
+        if value is not None:
+            parts.append(f"{name}={value * 1000:.3f} ms")
+    if ev.in_flight is not None:
+        parts.append(f"in-flight={ev.in_flight}" + (f"/{ev.limit}" if ev.limit else ""))
+    elif ev.limit is not None:
+        parts.append(f"limit={ev.limit}")
+    if ev.consumer_tag:
+        parts.append(f"consumer={ev.consumer_tag}")
+    if ev.ref_channel is not None:
+        parts.append(f"(on channel {ev.ref_channel})")
+    if ev.ref_packet is not None:
+        parts.append(f"(packet {ev.ref_packet})")
+    return " ".join(parts)

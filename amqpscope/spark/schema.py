@@ -27,6 +27,7 @@ from amqpscope.events import (
     Finding,
     Frame,
     Gap,
+    Ledger,
     Malformed,
     Message,
     ProtocolHeader,
@@ -34,8 +35,8 @@ from amqpscope.events import (
     Tls,
 )
 
-SCHEMA_VERSION = 3
-SCHEMA_FINGERPRINT = "90703e08a744de62"  # of describe(); see module doc before changing
+SCHEMA_VERSION = 4
+SCHEMA_FINGERPRINT = "9a25532596f74c81"  # of describe(); see module doc before changing
 
 # Partition columns, last in every table: the capture's UTC day (of its first packet) and a stable
 # id of its URI. Rerunning the job over a capture overwrites exactly its partitions.
@@ -229,6 +230,7 @@ TABLES: dict[str, Table] = {
         _event_table("connections", (Connection, Tls)),
         _event_table("findings", (Finding,)),
         _diagnoses_table(),
+        _event_table("ledger", (Ledger,)),
         _errors_table(),
         _captures_table(),
     )

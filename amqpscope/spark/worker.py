@@ -248,7 +248,7 @@ def _mine(sl: Slice, config: JobConfig) -> Callable[[FlowKey], bool] | None:
     return lambda key: plan.get(key, hash_slice(key, sl.count)) == sl.index
 
 
-CORE_TABLES = ("events", "messages", "connections")  # built by the core (``Decoder.arrow``)
+CORE_TABLES = ("events", "messages", "connections", "ledger")  # built by the core (``Decoder.arrow``)
 
 
 def slice_constants(sl: Slice) -> dict[str, str]:
@@ -275,7 +275,8 @@ def decode_capture(sl: Slice, config: JobConfig, constants: dict[str, str] | Non
     diagnoser = Diagnoser() if "diagnoses" in config.tables and config.validate else None
     diagnosed: list[Diagnosis] = []
     stats = RunStats()
-    options = Options(ports=config.ports, show_credentials=False, keep_bodies=False, tls_keylog=config.tls_keylog)
+    options = Options(ports=config.ports, show_credentials=False, keep_bodies=False, tls_keylog=config.tls_keylog,
+                      ledger="ledger" in wanted)  # fmt: skip
     error: BaseException | None = None
     written = 0
     found: list[Event] = []  # findings not yet handed out: also those made before a read error

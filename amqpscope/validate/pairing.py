@@ -4,16 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from amqpscope.dissect import errata
 from amqpscope.dissect.spec import Spec
 from amqpscope.events import Finding, Frame
 
 from .findings import VIOLATION, WARNING, Catalogue
 from .state import ChanState, Pending
 
-# Fix-ups the XML gets wrong (checklist §4): update-secret travels C→S and its -ok S→C although the
-# extended XML's chassis say the opposite; basic.recover has no <response> (errata §28).
-DIRECTION_FIXUPS = {"connection.update-secret": frozenset({"c2s"}), "connection.update-secret-ok": frozenset({"s2c"})}
-RESPONSE_FIXUPS = {"basic.recover": ("recover-ok",)}
 CLOSES = frozenset({"connection.close", "channel.close"})
 
 
@@ -22,16 +19,16 @@ class Pairing:
         self.senders: dict[str, frozenset[str]] = {}
         self.requests: dict[str, frozenset[str]] = {}
         self.no_wait: dict[str, str] = {}  # method -> its no-wait argument name
+        # the spec's mistakes are corrected in one place (dissect/errata.py)
         for m in spec.methods():
             name = m.full_name
-            dirs = frozenset("c2s" if who == "client" else "s2c" for who in m.sent_by())
-            self.senders[name] = DIRECTION_FIXUPS.get(name, dirs)
-            responses = m.responses or RESPONSE_FIXUPS.get(name, ())
+            self.senders[name] = errata.senders(m)
+            responses = errata.responses(m)
             if responses:
-                self.requests[name] = frozenset(f"{m.class_name}.{r}" for r in responses)
-            for f in m.fields:
-                if f.ident in ("no_wait", "nowait"):
-                    self.no_wait[name] = f.ident
+                self.requests[name] = frozenset(responses)
+            no_wait = errata.no_wait_field(m)
+            if no_wait:
+                self.no_wait[name] = no_wait
         self.replies = frozenset(r for rs in self.requests.values() for r in rs)
 
     def wrong_direction(self, name: str, d: str) -> bool:

@@ -36,9 +36,9 @@ pub use arrow_array::RecordBatch;
 pub use arrow_schema::ffi::FFI_ArrowSchema;
 pub use arrow_schema::{ArrowError, Schema, SchemaRef};
 
-use crate::event::Event;
+use crate::event::{seconds, Event};
 use crate::jsonl::{write_hex, write_value};
-use crate::value::{get, Table, Value};
+use crate::value::{get, Name, Table, Value};
 
 /// `PROMOTED_ARGS` of schema.py: the method arguments with a typed column of the same name.
 pub const PROMOTED_ARGS: [&str; 15] = [
@@ -75,7 +75,7 @@ pub const PROMOTED_PROPERTIES: [(&str, &str); 11] = [
 ];
 
 /// The kinds of events the core makes, in `Event` order.
-pub const KINDS: [&str; 10] = [
+pub const KINDS: [&str; 11] = [
     "protocol-header",
     "frame",
     "message",
@@ -86,6 +86,7 @@ pub const KINDS: [&str; 10] = [
     "accounting",
     "tls",
     "finding",
+    "ledger",
 ];
 
 fn kind_bit(ev: &Event) -> u16 {
@@ -100,6 +101,7 @@ fn kind_bit(ev: &Event) -> u16 {
         Event::Accounting(_) => 7,
         Event::Tls(_) => 8,
         Event::Finding(_) => 9,
+        Event::Ledger(_) => 10,
     };
     1 << i
 }
@@ -207,10 +209,31 @@ enum Field {
     Message,
     ProvingPackets,
     PeerReaction,
+    // ledger (`method` is the frame's field; `exchange`, `routing_key`, `consumer_tag`,
+    // `multiple`, `requeue` and `redelivered` share their names with promoted arguments)
+    Entry,
+    Request,
+    Tag,
+    Count,
+    Multiple,
+    Requeue,
+    Redelivered,
+    Returned,
+    Outcome,
+    Latency,
+    Duration,
+    Idle,
+    InFlight,
+    Limit,
+    ConsumerTag,
+    Exchange,
+    RoutingKey,
+    RefPacket,
+    RefChannel,
 }
 
 /// Every event field by column name, with its Arrow type.
-const FIELDS: [(&str, Field, Ty); 81] = [
+const FIELDS: [(&str, Field, Ty); 100] = [
     ("packet", Field::Packet, Ty::Int),
     ("ts", Field::Ts, Ty::Float),
     ("conn", Field::Conn, Ty::Int),
@@ -293,6 +316,25 @@ const FIELDS: [(&str, Field, Ty); 81] = [
     // the same name as the accounting's packet count: told apart by the column's type
     ("packets", Field::ProvingPackets, Ty::IntList),
     ("peer_reaction", Field::PeerReaction, Ty::Str),
+    ("entry", Field::Entry, Ty::Str),
+    ("request", Field::Request, Ty::Str),
+    ("tag", Field::Tag, Ty::Int),
+    ("count", Field::Count, Ty::Int),
+    ("multiple", Field::Multiple, Ty::Bool),
+    ("requeue", Field::Requeue, Ty::Bool),
+    ("redelivered", Field::Redelivered, Ty::Bool),
+    ("returned", Field::Returned, Ty::Bool),
+    ("outcome", Field::Outcome, Ty::Str),
+    ("latency", Field::Latency, Ty::Float),
+    ("duration", Field::Duration, Ty::Float),
+    ("idle", Field::Idle, Ty::Float),
+    ("in_flight", Field::InFlight, Ty::Int),
+    ("limit", Field::Limit, Ty::Int),
+    ("consumer_tag", Field::ConsumerTag, Ty::Str),
+    ("exchange", Field::Exchange, Ty::Str),
+    ("routing_key", Field::RoutingKey, Ty::Str),
+    ("ref_packet", Field::RefPacket, Ty::Int),
+    ("ref_channel", Field::RefChannel, Ty::Int),
 ];
 
 /// One field of one event, borrowed.
@@ -315,6 +357,14 @@ fn opt_str(v: &Option<String>) -> Cell<'_> {
 
 fn opt_int<T: Into<i64>>(v: Option<T>) -> Cell<'static> {
     v.map_or(Cell::Null, |v| Cell::Int(v.into()))
+}
+
+fn opt_name(v: &Option<Name>) -> Cell<'_> {
+    v.as_deref().map_or(Cell::Null, Cell::Str)
+}
+
+fn opt_seconds(v: Option<i64>) -> Cell<'static> {
+    seconds(v).map_or(Cell::Null, Cell::Float)
 }
 
 fn opt_map(v: &Option<Table>) -> Cell<'_> {
@@ -430,6 +480,26 @@ impl Field {
             (F::Message, E::Finding(e)) => Cell::Str(&e.message),
             (F::ProvingPackets, E::Finding(e)) => Cell::Ints(&e.packets),
             (F::PeerReaction, E::Finding(e)) => opt_str(&e.peer_reaction),
+            (F::Entry, E::Ledger(e)) => Cell::Str(e.entry.as_str()),
+            (F::Method, E::Ledger(e)) => opt_name(&e.method),
+            (F::Request, E::Ledger(e)) => opt_name(&e.request),
+            (F::Tag, E::Ledger(e)) => e.tag.map_or(Cell::Null, Cell::UInt),
+            (F::Count, E::Ledger(e)) => Cell::UInt(e.count),
+            (F::Multiple, E::Ledger(e)) => Cell::Bool(e.multiple),
+            (F::Requeue, E::Ledger(e)) => Cell::Bool(e.requeue),
+            (F::Redelivered, E::Ledger(e)) => Cell::Bool(e.redelivered),
+            (F::Returned, E::Ledger(e)) => Cell::Bool(e.returned),
+            (F::Outcome, E::Ledger(e)) => e.outcome.map_or(Cell::Null, Cell::Str),
+            (F::Latency, E::Ledger(e)) => opt_seconds(e.latency_ns),
+            (F::Duration, E::Ledger(e)) => opt_seconds(e.duration_ns),
+            (F::Idle, E::Ledger(e)) => opt_seconds(e.idle_ns),
+            (F::InFlight, E::Ledger(e)) => e.in_flight.map_or(Cell::Null, Cell::UInt),
+            (F::Limit, E::Ledger(e)) => e.limit.map_or(Cell::Null, Cell::UInt),
+            (F::ConsumerTag, E::Ledger(e)) => opt_name(&e.consumer_tag),
+            (F::Exchange, E::Ledger(e)) => opt_name(&e.exchange),
+            (F::RoutingKey, E::Ledger(e)) => opt_name(&e.routing_key),
+            (F::RefPacket, E::Ledger(e)) => e.ref_packet.map_or(Cell::Null, Cell::UInt),
+            (F::RefChannel, E::Ledger(e)) => opt_int(e.ref_channel),
             _ => Cell::Null,
         }
     }
@@ -822,6 +892,7 @@ impl TableBuilder {
             };
             mask |= 1 << i;
         }
+        let ledger_table = kinds.contains(&"ledger");
         let mut columns = Vec::with_capacity(schema.fields().len());
         for f in schema.fields().iter() {
             let name = f.name().as_str();
@@ -848,10 +919,11 @@ impl TableBuilder {
                     Source::Time,
                     Builder::Time(TimestampMicrosecondBuilder::new()),
                 )
+            } else if let Some(key) = PROMOTED_ARGS.iter().find(|k| **k == name && !ledger_table) {
+                // frames' and messages' tables: these names are promoted arguments there
+                (Source::Promoted(false, key), promoted_builder(name, dt)?)
             } else if let Some((_, field, ty)) = field_named(name, dt) {
                 (Source::Field(*field), builder_of(name, *ty, dt)?)
-            } else if let Some(key) = PROMOTED_ARGS.iter().find(|k| **k == name) {
-                (Source::Promoted(false, key), promoted_builder(name, dt)?)
             } else if let Some((key, _)) = PROMOTED_PROPERTIES.iter().find(|(_, c)| *c == name) {
                 (Source::Promoted(true, key), promoted_builder(name, dt)?)
             } else {

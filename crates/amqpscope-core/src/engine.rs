@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use crate::capture::{CaptureError, PacketReader};
 use crate::codec::Codec;
 use crate::event::{Accounting, Base, Event};
+use crate::ledger::{Ledger, Outcome};
 use crate::limits::Limits;
 use crate::net::SegmentParser;
 use crate::reasm::Reassembler;
@@ -35,6 +36,11 @@ pub struct Engine {
     packets: u64,
     tcp_packets: u64,
     tcp: Vec<TcpEvent>,
+    /// Ledger events are made only when asked for (`decode` leaves them out by default).
+    ledger: Option<Ledger>,
+    /// The session's events of one TCP event, before the ledger's are put among them.
+    fresh: Vec<Event>,
+    outcomes: Vec<Outcome>,
     finished: bool,
 }
 
@@ -51,8 +57,18 @@ impl Engine {
             packets: 0,
             tcp_packets: 0,
             tcp: Vec::new(),
+            ledger: None,
+            fresh: Vec::new(),
+            outcomes: Vec::new(),
             finished: false,
         }
+    }
+
+    /// Also emit ledger events (after the session stage, from the spec tables' request/response
+    /// pairs).
+    pub fn with_ledger(mut self, limits: &Limits) -> Engine {
+        self.ledger = Some(Ledger::new(self.session.codec().tables(), limits));
+        self
     }
 
     pub fn with_select(mut self, select: Select) -> Engine {
@@ -105,8 +121,12 @@ impl Engine {
         let start = out.len();
         self.drain_tcp(out);
         for flow in self.session.open_flows() {
+            let start = out.len();
             self.session
                 .close_flow(flow, CloseHow::Eof, self.packets, last_ts, out);
+            if let Some(ledger) = self.ledger.as_mut() {
+                ledger_pass(ledger, &mut self.fresh, &mut self.outcomes, start, out);
+            }
         }
         self.validate_since(start, out);
         if let Some(validator) = self.validator.as_mut() {
@@ -121,7 +141,11 @@ impl Engine {
                     continue;
                 }
             }
+            let start = out.len();
             self.session.handle(tev, out);
+            if let Some(ledger) = self.ledger.as_mut() {
+                ledger_pass(ledger, &mut self.fresh, &mut self.outcomes, start, out);
+            }
         }
     }
 
@@ -173,6 +197,33 @@ impl Engine {
             tcp_packets: self.tcp_packets,
             tls_bytes: self.session.tls_accounting().0,
             tls_opaque_bytes: self.session.tls_accounting().1,
+        }
+    }
+}
+
+/// The ledger's records for the events from `start` on, each after the event it concerns;
+/// those of a connection close before it, so that a reader has the connection's ledger when the
+/// connection ends.
+fn ledger_pass(
+    ledger: &mut Ledger,
+    fresh: &mut Vec<Event>,
+    outcomes: &mut Vec<Outcome>,
+    start: usize,
+    out: &mut Vec<Event>,
+) {
+    if out.len() == start {
+        return;
+    }
+    fresh.extend(out.drain(start..));
+    for ev in fresh.drain(..) {
+        ledger.feed(&ev, outcomes);
+        let records = outcomes.drain(..).map(|o| Event::Ledger(Box::new(o)));
+        if matches!(&ev, Event::Connection(c) if c.state == "close") {
+            out.extend(records);
+            out.push(ev);
+        } else {
+            out.push(ev);
+            out.extend(records);
         }
     }
 }

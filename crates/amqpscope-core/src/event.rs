@@ -2,10 +2,10 @@
 //! objects). Field for field the same as `amqpscope/events.py`; timestamps stay integer
 //! nanoseconds here and become float seconds only at the output edge.
 
-use crate::value::Table;
+use crate::value::{Name, Table};
 
 /// Direction of the bytes: client to server or server to client.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Dir {
     C2S,
     S2C,
@@ -243,6 +243,158 @@ pub struct Finding {
     pub peer_reaction: Option<String>,
 }
 
+/// What a ledger record is about (`entry` in every output).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Entry {
+    /// A basic.deliver or basic.get-ok: now unacked, or settled on delivery (no-ack).
+    Deliver,
+    /// One delivery settled by a client ack/nack/reject (at tx.commit inside a transaction).
+    Settle,
+    /// A client ack/nack/reject that settles nothing the broker accepts (RabbitMQ: 406).
+    BadAck,
+    /// One unacked delivery released: basic.recover, channel or connection closed, capture end.
+    Release,
+    /// A tx.rollback that put acknowledged deliveries back (count).
+    Rollback,
+    /// A basic.qos: the prefetch limit and whom it applies to.
+    Qos,
+    /// A consumer's summary when its channel ends: deliveries, peak in flight, prefetch.
+    Consumer,
+    /// A channel's spell with a prefetch limit exhausted (duration), reported when it ends.
+    AtLimit,
+    /// One publish confirmed by a server basic.ack/basic.nack.
+    Confirm,
+    /// A server basic.ack/basic.nack that names no unconfirmed publish.
+    BadConfirm,
+    /// One publish in confirm mode never confirmed: dropped at a close or open at the end.
+    Unconfirmed,
+    /// A basic.return on a channel in confirm mode, matched to its publish or not.
+    Return,
+    /// A synchronous request and how it ended: answered (latency), no-wait, closed, unanswered.
+    Pair,
+    /// A direction silent for more than twice the negotiated heartbeat, then heard from again.
+    HeartbeatMiss,
+    /// A direction's heartbeat summary when its connection ends.
+    Heartbeat,
+}
+
+impl Entry {
+    pub const ALL: [Entry; 15] = [
+        Entry::Deliver,
+        Entry::Settle,
+        Entry::BadAck,
+        Entry::Release,
+        Entry::Rollback,
+        Entry::Qos,
+        Entry::Consumer,
+        Entry::AtLimit,
+        Entry::Confirm,
+        Entry::BadConfirm,
+        Entry::Unconfirmed,
+        Entry::Return,
+        Entry::Pair,
+        Entry::HeartbeatMiss,
+        Entry::Heartbeat,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Entry::Deliver => "deliver",
+            Entry::Settle => "settle",
+            Entry::BadAck => "bad-ack",
+            Entry::Release => "release",
+            Entry::Rollback => "rollback",
+            Entry::Qos => "qos",
+            Entry::Consumer => "consumer",
+            Entry::AtLimit => "at-limit",
+            Entry::Confirm => "confirm",
+            Entry::BadConfirm => "bad-confirm",
+            Entry::Unconfirmed => "unconfirmed",
+            Entry::Return => "return",
+            Entry::Pair => "pair",
+            Entry::HeartbeatMiss => "heartbeat-miss",
+            Entry::Heartbeat => "heartbeat",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Entry> {
+        Entry::ALL.into_iter().find(|e| e.as_str() == s)
+    }
+}
+
+/// One record of the ledger: what the protocol bookkeeping concluded at `base.packet`. The
+/// validator reads these in-process and the analytics read them as events; `docs/analytics.md`
+/// lists which fields each entry sets.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ledger {
+    pub base: Base,
+    pub entry: Entry,
+    /// The method at `base.packet` (basic.ack, basic.deliver, the reply of a pair, …).
+    pub method: Option<Name>,
+    /// Pair: the request.
+    pub request: Option<Name>,
+    /// The delivery tag or publish sequence number the entry is about.
+    pub tag: Option<u64>,
+    /// How many deliveries, publishes or requests the entry covers.
+    pub count: u64,
+    pub multiple: bool,
+    pub requeue: bool,
+    pub redelivered: bool,
+    pub returned: bool,
+    /// One of [`crate::ledger::OUTCOMES`].
+    pub outcome: Option<&'static str>,
+    /// Nanoseconds from request, delivery or publish to its answer.
+    pub latency_ns: Option<i64>,
+    /// Nanoseconds at a prefetch limit, of heartbeat silence, or a release/unconfirmed was held.
+    pub duration_ns: Option<i64>,
+    /// Heartbeat: silence from the direction's last frame to the end of the connection.
+    pub idle_ns: Option<i64>,
+    /// Unacked consumer deliveries on the channel after the entry.
+    pub in_flight: Option<u64>,
+    /// The bound in force: prefetch count, or the negotiated heartbeat interval (seconds).
+    pub limit: Option<u64>,
+    pub consumer_tag: Option<Name>,
+    pub exchange: Option<Name>,
+    pub routing_key: Option<Name>,
+    /// The other proving packet: the delivery, publish or request, the last frame before silence.
+    pub ref_packet: Option<u64>,
+    /// Bad acks on the wrong channel: where the tag is outstanding.
+    pub ref_channel: Option<u16>,
+}
+
+impl Ledger {
+    pub fn new(base: Base, entry: Entry) -> Ledger {
+        Ledger {
+            base,
+            entry,
+            method: None,
+            request: None,
+            tag: None,
+            count: 1,
+            multiple: false,
+            requeue: false,
+            redelivered: false,
+            returned: false,
+            outcome: None,
+            latency_ns: None,
+            duration_ns: None,
+            idle_ns: None,
+            in_flight: None,
+            limit: None,
+            consumer_tag: None,
+            exchange: None,
+            routing_key: None,
+            ref_packet: None,
+            ref_channel: None,
+        }
+    }
+}
+
+/// Nanoseconds as the outputs show durations: float seconds.
+pub fn seconds(ns: Option<i64>) -> Option<f64> {
+    ns.map(|v| v as f64 / 1e9)
+}
+
 /// One event.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
@@ -256,6 +408,7 @@ pub enum Event {
     Accounting(Accounting),
     Tls(Box<Tls>),
     Finding(Box<Finding>),
+    Ledger(Box<Ledger>),
 }
 
 impl Event {
@@ -272,6 +425,7 @@ impl Event {
             Event::Accounting(_) => "accounting",
             Event::Tls(_) => "tls",
             Event::Finding(_) => "finding",
+            Event::Ledger(_) => "ledger",
         }
     }
 
@@ -287,6 +441,7 @@ impl Event {
             Event::Accounting(e) => &mut e.base,
             Event::Tls(e) => &mut e.base,
             Event::Finding(e) => &mut e.base,
+            Event::Ledger(e) => &mut e.base,
         }
     }
 
@@ -302,6 +457,7 @@ impl Event {
             Event::Accounting(e) => &e.base,
             Event::Tls(e) => &e.base,
             Event::Finding(e) => &e.base,
+            Event::Ledger(e) => &e.base,
         }
     }
 }

@@ -8,8 +8,8 @@
 //! orjson 3.x formats them, so the Rust and Python outputs can be compared byte for byte.
 
 use crate::event::{
-    Accounting, Base, Connection, Event, Finding, Frame, Gap, Malformed, Message, ProtocolHeader,
-    Resync, Tls,
+    seconds, Accounting, Base, Connection, Event, Finding, Frame, Gap, Ledger, Malformed, Message,
+    ProtocolHeader, Resync, Tls,
 };
 use crate::value::{get, Table, Value};
 
@@ -50,6 +50,7 @@ pub fn write_event(ev: &Event, body: BodyMode, out: &mut Vec<u8>) {
         Event::Accounting(e) => write_accounting(out, e),
         Event::Tls(e) => write_tls(out, e),
         Event::Finding(e) => write_finding(out, e),
+        Event::Ledger(e) => write_ledger(out, e),
     }
     out.extend_from_slice(b"}\n");
 }
@@ -260,6 +261,55 @@ fn write_finding(out: &mut Vec<u8>, e: &Finding) {
     out.push(b']');
     key(out, "peer_reaction");
     write_opt_str(out, e.peer_reaction.as_deref());
+}
+
+fn write_ledger(out: &mut Vec<u8>, e: &Ledger) {
+    key(out, "entry");
+    write_str(out, e.entry.as_str());
+    key(out, "method");
+    write_opt_str(out, e.method.as_deref());
+    key(out, "request");
+    write_opt_str(out, e.request.as_deref());
+    key(out, "tag");
+    write_opt_u64(out, e.tag);
+    key(out, "count");
+    write_u64(out, e.count);
+    for (name, v) in [
+        ("multiple", e.multiple),
+        ("requeue", e.requeue),
+        ("redelivered", e.redelivered),
+        ("returned", e.returned),
+    ] {
+        key(out, name);
+        write_bool(out, v);
+    }
+    key(out, "outcome");
+    write_opt_str(out, e.outcome);
+    for (name, v) in [
+        ("latency", e.latency_ns),
+        ("duration", e.duration_ns),
+        ("idle", e.idle_ns),
+    ] {
+        key(out, name);
+        match seconds(v) {
+            Some(s) => write_f64(out, s),
+            None => out.extend_from_slice(b"null"),
+        }
+    }
+    key(out, "in_flight");
+    write_opt_u64(out, e.in_flight);
+    key(out, "limit");
+    write_opt_u64(out, e.limit);
+    key(out, "consumer_tag");
+    write_opt_str(out, e.consumer_tag.as_deref());
+    key(out, "exchange");
+    write_opt_str(out, e.exchange.as_deref());
+    key(out, "routing_key");
+    write_opt_str(out, e.routing_key.as_deref());
+    key(out, "ref_packet");
+    write_opt_u64(out, e.ref_packet);
+    key(out, "ref_channel");
+    write_opt_u64(out, e.ref_channel.map(u64::from));
 }
 
 fn write_accounting(out: &mut Vec<u8>, e: &Accounting) {

@@ -3,7 +3,7 @@
 //! The stages, each a module with one job, in the order a packet meets them:
 //! `capture` (pcap/pcapng records) → `net` (link/IP/TCP) → `reasm` (flows, ordered bytes, gaps)
 //! → `tls` (AMQPS records decrypted with a key log) → `frames` (AMQP frames with resync) → `codec` (methods, properties, field tables, executed from
-//! the `tables` Python compiles out of the spec) → `session` (connections, messages) → `event`s,
+//! the `tables` Python compiles out of the spec) → `session` (connections, messages) → `ledger` (acks, confirms, pairs, heartbeats) → `event`s,
 //! which `jsonl` writes (and `arrow` builds into the Parquet tables' record batches). `engine` drives them; every limit lives in `limits`.
 #![forbid(unsafe_code)]
 
@@ -15,6 +15,7 @@ pub mod event;
 pub mod fieldtable;
 pub mod frames;
 pub mod jsonl;
+pub mod ledger;
 pub mod limits;
 pub mod net;
 pub mod reasm;

@@ -39,6 +39,14 @@ pub struct Limits {
     pub tls_seq_search: u32,
     /// Secrets kept from key logs.
     pub tls_keylog_entries: usize,
+    /// Ledger: unacked deliveries, unconfirmed publishes, waiting requests (each) kept across all
+    /// connections; beyond it new ones are reported `untracked` and acks naming them prove nothing.
+    pub ledger_tracked: u64,
+    /// Ledger: channels with deliveries or confirms kept (each) across all connections.
+    pub ledger_channels: u64,
+    /// Ledger: pending requests per channel and direction, consumers and pending
+    /// consume/get per channel.
+    pub ledger_queue: usize,
 }
 
 impl Default for Limits {
@@ -62,6 +70,9 @@ impl Default for Limits {
             tls_handshake_bytes: 1 << 20,
             tls_seq_search: 4096,
             tls_keylog_entries: 1_000_000,
+            ledger_tracked: 4_000_000,
+            ledger_channels: 1_000_000,
+            ledger_queue: 1024,
         }
     }
 }

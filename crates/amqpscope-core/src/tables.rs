@@ -83,6 +83,12 @@ pub struct MethodSpec {
     pub reads: Vec<Read>,
     /// Distinct argument names (the size of the args table).
     pub slots: usize,
+    /// A request that expects a reply (the spec's `synchronous`, errata applied in Python).
+    pub synchronous: bool,
+    /// The full names of the methods that answer it (`<response>`, errata applied in Python).
+    pub responses: Vec<Name>,
+    /// The argument that tells the peer not to answer (`no_wait`, `nowait`), if it has one.
+    pub no_wait: Option<Name>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -248,6 +254,22 @@ fn parse_method(m: &Json) -> Result<MethodSpec, String> {
             .unwrap_or(false),
         reads,
         slots: slots.0.len(),
+        synchronous: m
+            .get("synchronous")
+            .and_then(Json::as_bool)
+            .unwrap_or(false),
+        responses: match m.get("responses").and_then(Json::as_array) {
+            Some(names) => names
+                .iter()
+                .map(|n| {
+                    n.as_str()
+                        .map(Arc::from)
+                        .ok_or("spec tables: a response is not a name")
+                })
+                .collect::<Result<_, _>>()?,
+            None => Vec::new(),
+        },
+        no_wait: m.get("no_wait").and_then(Json::as_str).map(Arc::from),
     })
 }
 
@@ -328,6 +350,22 @@ mod tests {
         assert!(t.method(65535, 65535).is_none());
         assert_eq!(t.class(60).unwrap().properties.len(), 2);
         assert!(t.class(10).is_none());
+        assert!(!m.synchronous && m.responses.is_empty() && m.no_wait.is_none());
+    }
+
+    #[test]
+    fn responses() {
+        let doc = DOC.replace(
+            r#""content":true,"#,
+            r#""content":true,"synchronous":true,"responses":["basic.x-ok"],"no_wait":"nowait","#,
+        );
+        let t = SpecTables::from_json(&doc).unwrap();
+        let m = t.method(60, 40).unwrap();
+        assert!(m.synchronous);
+        assert_eq!(&*m.responses[0], "basic.x-ok");
+        assert_eq!(m.no_wait.as_deref(), Some("nowait"));
+        let bad = DOC.replace(r#""content":true,"#, r#""content":true,"responses":[1],"#);
+        assert!(SpecTables::from_json(&bad).is_err());
     }
 
     #[test]

@@ -138,7 +138,9 @@ impl Decoder {
     ///
     /// `validation`: the validation tables (JSON from amqpscope.validate.tables); with them every
     /// event is followed by the findings it proves.
-    #[pyo3(signature = (source, tables, ports = vec![5672], show_credentials = false, keep_bodies = true, max_packets = None, select = None, tls_keylog = None, validation = None))]
+    ///
+    /// `ledger`: also emit the ledger's events (acks, confirms, pairs, heartbeats).
+    #[pyo3(signature = (source, tables, ports = vec![5672], show_credentials = false, keep_bodies = true, max_packets = None, select = None, tls_keylog = None, validation = None, ledger = false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -151,6 +153,7 @@ impl Decoder {
         select: Option<Py<PyAny>>,
         tls_keylog: Option<String>,
         validation: Option<&str>,
+        ledger: bool,
     ) -> PyResult<Decoder> {
         let limits = Limits::default();
         let mut engine = make_engine(
@@ -159,6 +162,7 @@ impl Decoder {
             ports,
             show_credentials,
             keep_bodies,
+            ledger,
             &limits,
         )?;
         if let Some(text) = tls_keylog {
@@ -320,6 +324,7 @@ pub fn make_engine(
     ports: Vec<u16>,
     show_credentials: bool,
     keep_bodies: bool,
+    ledger: bool,
     limits: &Limits,
 ) -> PyResult<Engine> {
     let tables = SpecTables::from_json(tables).map_err(PyValueError::new_err)?;
@@ -330,6 +335,12 @@ pub fn make_engine(
         ..Options::default()
     };
     let engine = Engine::new(Codec::new(tables, limits), options, limits);
+    // the ledger comes before the validator (ARCHITECTURE.md: session → ledger → validate)
+    let engine = if ledger {
+        engine.with_ledger(limits)
+    } else {
+        engine
+    };
     Ok(match validation {
         Some(text) => {
             let checks = ValidationTables::from_json(text).map_err(PyValueError::new_err)?;

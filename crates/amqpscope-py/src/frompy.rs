@@ -3,8 +3,8 @@
 
 use crate::topy::{DECIMAL, PROBLEM, TIMESTAMP};
 use amqpscope_core::event::{
-    Accounting, Base, Connection, Dir, Event, Finding, Frame, Gap, Malformed, Message,
-    ProtocolHeader, Resync, Tls,
+    Accounting, Base, Connection, Dir, Entry, Event, Finding, Frame, Gap, Ledger, Malformed,
+    Message, ProtocolHeader, Resync, Tls,
 };
 use amqpscope_core::value::{Name, Table, Value};
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -13,8 +13,18 @@ use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyT
 
 /// The core event of an `amqpscope.events` object (by its `kind`).
 pub fn event(ev: &Bound<'_, PyAny>) -> PyResult<Event> {
+    event_in(ev, true)
+}
+
+/// As [`event`], `ts` rounded to the nearest nanosecond: for events made by hand, whose float
+/// seconds need not be exactly some nanoseconds (the ledger reads them, nothing writes them back).
+pub fn event_rounded(ev: &Bound<'_, PyAny>) -> PyResult<Event> {
+    event_in(ev, false)
+}
+
+fn event_in(ev: &Bound<'_, PyAny>, exact_ts: bool) -> PyResult<Event> {
     let kind: String = ev.getattr("kind")?.extract()?;
-    let base = base(ev)?;
+    let base = base(ev, exact_ts)?;
     Ok(match kind.as_str() {
         "protocol-header" => Event::ProtocolHeader(ProtocolHeader {
             base,
@@ -42,6 +52,7 @@ pub fn event(ev: &Bound<'_, PyAny>) -> PyResult<Event> {
         "accounting" => Event::Accounting(accounting(ev, base)?),
         "tls" => Event::Tls(Box::new(tls(ev, base)?)),
         "finding" => Event::Finding(Box::new(finding(ev, base)?)),
+        "ledger" => Event::Ledger(Box::new(ledger(ev, base)?)),
         other => {
             return Err(PyValueError::new_err(format!(
                 "no core event for kind {other:?}"
@@ -54,7 +65,7 @@ fn attr<'py, T: FromPyObjectOwned<'py>>(ev: &Bound<'py, PyAny>, name: &str) -> P
     ev.getattr(name)?.extract().map_err(Into::into)
 }
 
-fn base(ev: &Bound<'_, PyAny>) -> PyResult<Base> {
+fn base(ev: &Bound<'_, PyAny>, exact_ts: bool) -> PyResult<Base> {
     let dir = match attr::<Option<String>>(ev, "dir")?.as_deref() {
         None => None,
         Some("c2s") => Some(Dir::C2S),
@@ -63,7 +74,11 @@ fn base(ev: &Bound<'_, PyAny>) -> PyResult<Base> {
     };
     Ok(Base {
         packet: attr(ev, "packet")?,
-        ts_ns: ts_ns(attr(ev, "ts")?)?,
+        ts_ns: if exact_ts {
+            ts_ns(attr(ev, "ts")?)?
+        } else {
+            (attr::<f64>(ev, "ts")? * 1e9).round() as i64
+        },
         conn: attr(ev, "conn")?,
         dir,
         channel: attr(ev, "channel")?,
@@ -210,6 +225,48 @@ fn finding(ev: &Bound<'_, PyAny>, base: Base) -> PyResult<Finding> {
         message: attr(ev, "message")?,
         packets: attr(ev, "packets")?,
         peer_reaction: attr(ev, "peer_reaction")?,
+    })
+}
+
+fn ledger(ev: &Bound<'_, PyAny>, base: Base) -> PyResult<Ledger> {
+    let entry: String = attr(ev, "entry")?;
+    let entry = Entry::parse(&entry)
+        .ok_or_else(|| PyValueError::new_err(format!("no ledger entry {entry:?}")))?;
+    let outcome = match attr::<Option<String>>(ev, "outcome")? {
+        None => None,
+        Some(o) => Some(
+            amqpscope_core::ledger::outcome(&o)
+                .ok_or_else(|| PyValueError::new_err(format!("no ledger outcome {o:?}")))?,
+        ),
+    };
+    let name = |n: &str| -> PyResult<Option<Name>> {
+        Ok(attr::<Option<String>>(ev, n)?.map(|s| Name::from(s.as_str())))
+    };
+    let ns = |n: &str| -> PyResult<Option<i64>> {
+        Ok(attr::<Option<f64>>(ev, n)?.map(|s| (s * 1e9).round() as i64))
+    };
+    Ok(Ledger {
+        base,
+        entry,
+        method: name("method")?,
+        request: name("request")?,
+        tag: attr(ev, "tag")?,
+        count: attr(ev, "count")?,
+        multiple: attr(ev, "multiple")?,
+        requeue: attr(ev, "requeue")?,
+        redelivered: attr(ev, "redelivered")?,
+        returned: attr(ev, "returned")?,
+        outcome,
+        latency_ns: ns("latency")?,
+        duration_ns: ns("duration")?,
+        idle_ns: ns("idle")?,
+        in_flight: attr(ev, "in_flight")?,
+        limit: attr(ev, "limit")?,
+        consumer_tag: name("consumer_tag")?,
+        exchange: name("exchange")?,
+        routing_key: name("routing_key")?,
+        ref_packet: attr(ev, "ref_packet")?,
+        ref_channel: attr(ev, "ref_channel")?,
     })
 }
 

@@ -9,6 +9,7 @@ mod codec;
 mod decoder;
 mod flows;
 mod frompy;
+mod ledger;
 mod live;
 mod packets;
 mod reader;
@@ -23,6 +24,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<codec::Codec>()?;
     m.add_class::<decoder::Decoder>()?;
     m.add_class::<packets::Engine>()?;
+    m.add_class::<ledger::Ledger>()?;
     m.add_class::<live::LiveDecoder>()?;
     m.add_class::<reader::PacketReader>()?;
     m.add_function(wrap_pyfunction!(flows::flow_weights, m)?)?;

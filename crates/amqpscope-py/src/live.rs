@@ -49,7 +49,7 @@ impl LiveDecoder {
     /// Flows without packets for `idle_timeout_ns` are evicted; the run ends after the packet
     /// that completes `max_frames` AMQP frames; `copy_to` receives every record read.
     #[new]
-    #[pyo3(signature = (path, tables, ports = vec![5672], show_credentials = false, keep_bodies = true, idle_timeout_ns = None, max_frames = None, copy_to = None, validation = None))]
+    #[pyo3(signature = (path, tables, ports = vec![5672], show_credentials = false, keep_bodies = true, idle_timeout_ns = None, max_frames = None, copy_to = None, validation = None, ledger = false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -62,6 +62,7 @@ impl LiveDecoder {
         max_frames: Option<u64>,
         copy_to: Option<String>,
         validation: Option<&str>,
+        ledger: bool,
     ) -> PyResult<LiveDecoder> {
         let limits = Limits {
             idle_timeout_ns,
@@ -73,6 +74,7 @@ impl LiveDecoder {
             ports,
             show_credentials,
             keep_bodies,
+            ledger,
             &limits,
         )?;
         let copy = match copy_to {

@@ -29,7 +29,8 @@ fn packet_of(obj: &Bound<'_, PyAny>) -> PyResult<Packet> {
 #[pymethods]
 impl Engine {
     #[new]
-    #[pyo3(signature = (tables, ports = vec![5672], show_credentials = false, keep_bodies = true, idle_timeout_ns = None, tls_keylog = None, validation = None))]
+    #[pyo3(signature = (tables, ports = vec![5672], show_credentials = false, keep_bodies = true, idle_timeout_ns = None, tls_keylog = None, validation = None, ledger = false))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         tables: &str,
         ports: Vec<u16>,
@@ -38,6 +39,7 @@ impl Engine {
         idle_timeout_ns: Option<i64>,
         tls_keylog: Option<String>,
         validation: Option<&str>,
+        ledger: bool,
     ) -> PyResult<Engine> {
         let limits = Limits {
             idle_timeout_ns,
@@ -49,6 +51,7 @@ impl Engine {
             ports,
             show_credentials,
             keep_bodies,
+            ledger,
             &limits,
         )?;
         if let Some(text) = tls_keylog {

@@ -2,8 +2,8 @@
 //! the rich view and analytics. The classes are imported once per process, not per event.
 
 use amqpscope_core::event::{
-    Accounting, Base, Connection, Event, Finding, Frame, Gap, Malformed, Message, ProtocolHeader,
-    Resync, Tls,
+    seconds, Accounting, Base, Connection, Event, Finding, Frame, Gap, Ledger, Malformed, Message,
+    ProtocolHeader, Resync, Tls,
 };
 use amqpscope_core::jsonl::{write_decimal, write_hex};
 use amqpscope_core::value::{Table, Value};
@@ -46,6 +46,7 @@ static CONNECTION: Class = Class::new(EVENTS, "Connection");
 static ACCOUNTING: Class = Class::new(EVENTS, "Accounting");
 static TLS: Class = Class::new(EVENTS, "Tls");
 static FINDING: Class = Class::new(EVENTS, "Finding");
+static LEDGER: Class = Class::new(EVENTS, "Ledger");
 pub(crate) static TIMESTAMP: Class = Class::new(VALUES, "Timestamp");
 pub(crate) static PROBLEM: Class = Class::new(VALUES, "Problem");
 pub(crate) static DECIMAL: Class = Class::new("decimal", "Decimal");
@@ -65,6 +66,7 @@ pub fn event<'py>(py: Python<'py>, ev: &Event) -> PyResult<Bound<'py, PyAny>> {
         Event::Accounting(e) => accounting(&kw, e, &ACCOUNTING),
         Event::Tls(e) => tls(&kw, e, &TLS),
         Event::Finding(e) => finding(&kw, e, &FINDING),
+        Event::Ledger(e) => ledger(&kw, e, &LEDGER),
     }?;
     class.get(py)?.call((), Some(&kw))
 }
@@ -78,6 +80,31 @@ fn base(kw: &Kw<'_>, b: &Base) -> PyResult<()> {
     kw.set_item(intern!(py, "conn"), b.conn)?;
     kw.set_item(intern!(py, "dir"), b.dir.map(|d| d.as_str()))?;
     kw.set_item(intern!(py, "channel"), b.channel)
+}
+
+fn ledger<'c>(kw: &Kw<'_>, e: &Ledger, c: &'c Class) -> PyResult<&'c Class> {
+    let py = kw.py();
+    kw.set_item(intern!(py, "entry"), e.entry.as_str())?;
+    kw.set_item(intern!(py, "method"), e.method.as_deref())?;
+    kw.set_item(intern!(py, "request"), e.request.as_deref())?;
+    kw.set_item(intern!(py, "tag"), e.tag)?;
+    kw.set_item(intern!(py, "count"), e.count)?;
+    kw.set_item(intern!(py, "multiple"), e.multiple)?;
+    kw.set_item(intern!(py, "requeue"), e.requeue)?;
+    kw.set_item(intern!(py, "redelivered"), e.redelivered)?;
+    kw.set_item(intern!(py, "returned"), e.returned)?;
+    kw.set_item(intern!(py, "outcome"), e.outcome)?;
+    kw.set_item(intern!(py, "latency"), seconds(e.latency_ns))?;
+    kw.set_item(intern!(py, "duration"), seconds(e.duration_ns))?;
+    kw.set_item(intern!(py, "idle"), seconds(e.idle_ns))?;
+    kw.set_item(intern!(py, "in_flight"), e.in_flight)?;
+    kw.set_item(intern!(py, "limit"), e.limit)?;
+    kw.set_item(intern!(py, "consumer_tag"), e.consumer_tag.as_deref())?;
+    kw.set_item(intern!(py, "exchange"), e.exchange.as_deref())?;
+    kw.set_item(intern!(py, "routing_key"), e.routing_key.as_deref())?;
+    kw.set_item(intern!(py, "ref_packet"), e.ref_packet)?;
+    kw.set_item(intern!(py, "ref_channel"), e.ref_channel)?;
+    Ok(c)
 }
 
 fn protocol_header<'c>(kw: &Kw<'_>, e: &ProtocolHeader, c: &'c Class) -> PyResult<&'c Class> {

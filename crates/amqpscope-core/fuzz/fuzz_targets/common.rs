@@ -25,6 +25,9 @@ pub fn limits() -> Limits {
         table_depth: 4,
         table_entries: 16,
         detect_bytes: 512,
+        ledger_tracked: 64,
+        ledger_channels: 16,
+        ledger_queue: 8,
         ..Limits::default()
     }
 }

@@ -1,9 +1,11 @@
 //! A whole connection: pieces alternate between the two directions (a piece's first byte picks the
-//! direction, a gap or a close), through the session with its negotiation, channels and content.
+//! direction, a gap or a close), through the session with its negotiation, channels and content,
+//! and the session's events through the ledger.
 #![no_main]
 
 use std::net::{IpAddr, Ipv4Addr};
 
+use amqpscope_core::ledger::Ledger;
 use amqpscope_core::session::{Options, Session};
 use amqpscope_core::types::{CloseHow, Endpoint, TcpEvent};
 use libfuzzer_sys::fuzz_target;
@@ -16,7 +18,9 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let limits = common::limits();
-    let mut session = Session::new(common::codec(&limits), Options::default(), &limits);
+    let codec = common::codec(&limits);
+    let mut ledger = Ledger::new(codec.tables(), &limits);
+    let mut session = Session::new(codec, Options::default(), &limits);
     let ep = |port| Endpoint {
         addr: IpAddr::V4(Ipv4Addr::LOCALHOST),
         port,
@@ -72,6 +76,10 @@ fuzz_target!(|data: &[u8]| {
         },
         &mut out,
     );
+    let mut records = Vec::new();
+    for ev in &out {
+        ledger.feed(ev, &mut records);
+    }
     let a = session.accounting();
     assert_eq!(
         a.frame_bytes + a.header_bytes + a.skipped_bytes + a.pending_bytes,
