@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from typing import IO, Any
 
 import click
@@ -39,7 +40,9 @@ def run_diagnosis(files: tuple[str, ...], spec: str | None, ports: tuple[int, ..
                   thresholds: Thresholds) -> tuple[Diagnoser, CaptureRun]:  # fmt: skip
     """Decode FILES with validation and feed every event to one Diagnoser."""
     codec = load_codec(spec)
-    capture = CaptureRun(files, codec, options_from(ports, show_credentials, keep_bodies=False))
+    # the core's ledger events: what consumer-stalled, poison-message and unacked-requeued read
+    options = replace(options_from(ports, show_credentials, keep_bodies=False), ledger=True)
+    capture = CaptureRun(files, codec, options)
     validate_with(capture, codec.spec)
     diag = Diagnoser(thresholds)
     seen = 0

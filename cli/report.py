@@ -12,6 +12,7 @@ from amqpscope.analysis.html import render_html
 from amqpscope.events import Event
 
 from .common import CaptureRun, input_options, run_guarded
+from .diagnose import threshold_options, thresholds_from
 from .stats import no_validate_option, open_output, run_analysis
 
 LADDER_STEPS = 400  # steps drawn per diagnosed connection
@@ -50,13 +51,15 @@ def diagnosed_ladders(files: tuple[str, ...], capture: CaptureRun, offsets: list
     "-o", "--output", type=click.Path(dir_okay=False, writable=True), required=True, help="The HTML file to write."
 )
 @no_validate_option
+@threshold_options
 def report(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], show_credentials: bool,
-           output: str, no_validate: bool) -> None:  # fmt: skip
+           output: str, no_validate: bool, **kw: Any) -> None:  # fmt: skip
     """Write an HTML report (no external resources) of capture FILES."""
 
     def run() -> int:
         with open_output(output) as fh:
-            analyzer, capture = run_analysis(files, spec, ports, show_credentials, not no_validate)
+            analyzer, capture = run_analysis(files, spec, ports, show_credentials, not no_validate,
+                                             thresholds_from(kw))  # fmt: skip
             if capture.error is not None and not analyzer.events:
                 fh.close()
                 os.unlink(output)  # nothing could be read: no empty page left behind

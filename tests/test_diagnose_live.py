@@ -22,7 +22,7 @@ import pytest
 from pika.exceptions import AMQPError
 
 from amqpscope.capture import read_packets
-from amqpscope.diagnose import Diagnoser, Diagnosis
+from amqpscope.diagnose import Diagnoser, Diagnosis, Thresholds
 from amqpscope.dissect.codec import Codec, get_codec
 from amqpscope.events import Event, Frame
 from amqpscope.pipeline import Options, decode_packets
@@ -194,6 +194,68 @@ def lost(b: PrivateBroker) -> None:
     c.sock.close()  # a killed client: RST, no AMQP close
 
 
+def stalled(b: PrivateBroker) -> None:
+    conn = pika.BlockingConnection(_params(b, "diag-stalled"))
+    ch = conn.channel()
+    ch.queue_declare("diag.stalled", auto_delete=True)
+    ch.basic_qos(prefetch_count=3)
+    ch.basic_consume("diag.stalled", lambda *a: None)  # never acks: stuck at its prefetch
+    publisher = pika.BlockingConnection(_params(b, "diag-stalled-publisher"))
+    pch = publisher.channel()
+    for i in range(20):  # the work piles up behind it
+        pch.basic_publish("", "diag.stalled", f"job {i}".encode())
+        conn.process_data_events(time_limit=0.08)
+    publisher.close()
+    ch.close()  # its three deliveries go back to the queue
+    conn.close()
+
+
+def poison(b: PrivateBroker) -> None:
+    conn = pika.BlockingConnection(_params(b, "diag-poison"))
+    ch = conn.channel()
+    ch.queue_declare("diag.poison", auto_delete=True)
+    ch.basic_qos(prefetch_count=1)
+    ch.basic_publish("", "diag.poison", b"cannot be processed")
+    seen = 0
+
+    def on_message(c: Any, method: Any, _props: Any, _body: bytes) -> None:
+        nonlocal seen
+        seen += 1
+        if seen < 8:  # a handler that fails and asks for the message again
+            c.basic_nack(method.delivery_tag, requeue=True)
+        else:
+            c.basic_reject(method.delivery_tag, requeue=False)
+
+    ch.basic_consume("diag.poison", on_message)
+    deadline = time.monotonic() + 5
+    while seen < 8 and time.monotonic() < deadline:
+        conn.process_data_events(time_limit=0.1)
+    conn.close()
+
+
+def requeued(b: PrivateBroker) -> None:
+    first = pika.BlockingConnection(_params(b, "diag-first-worker"))
+    ch = first.channel()
+    ch.queue_declare("diag.work", auto_delete=False)
+    for i in range(2):
+        ch.basic_publish("", "diag.work", f"order {i}".encode())
+    ch.basic_qos(prefetch_count=2)
+    ch.basic_consume("diag.work", lambda *a: None)
+    first.process_data_events(time_limit=0.3)  # both delivered, never acked
+    second = pika.BlockingConnection(_params(b, "diag-second-worker"))
+    ch2 = second.channel()
+    got: list[int] = []
+    tag = ch2.basic_consume("diag.work", lambda c, m, p, body: (got.append(1), c.basic_ack(m.delivery_tag)))
+    ch.close()  # the first worker gives up: its deliveries go to the second
+    deadline = time.monotonic() + 5
+    while len(got) < 2 and time.monotonic() < deadline:
+        second.process_data_events(time_limit=0.1)
+    ch2.basic_cancel(tag)  # before the delete: no broker cancel in this scenario
+    ch2.queue_delete("diag.work")
+    second.close()
+    first.close()
+
+
 @dataclass(frozen=True)
 class Scenario:
     run: Callable[[PrivateBroker], None]
@@ -216,7 +278,13 @@ SCENARIOS: dict[str, Scenario] = {
     "ack-timeout": Scenario(ack_timeout, "ack-timeout", 0, 1, ("s2c:channel.close",)),
     "heartbeat-timeout": Scenario(heartbeat, "heartbeat-timeout", 0, None, ()),
     "connection-lost": Scenario(lost, "connection-lost", 0, None, ()),
+    "consumer-stalled": Scenario(stalled, "consumer-stalled", 0, 1, ("s2c:basic.deliver", "s2c:channel.close-ok")),
+    "poison-message": Scenario(poison, "poison-message", 0, 1, ("c2s:basic.nack",)),
+    "unacked-requeued": Scenario(requeued, "unacked-requeued", 0, 1, ("1/s2c:basic.deliver",)),
 }  # fmt: skip
+# shorter than the default 5 s so that the stalled scenario stays short; every other scenario holds
+# deliveries well under it
+THRESHOLDS = Thresholds(stall_s=1.0)
 
 
 @dataclass
@@ -238,9 +306,9 @@ def recordings(rabbitmq: PrivateBroker, tmp_path_factory: pytest.TempPathFactory
         with LoopbackRecorder(path, rabbitmq.port):
             sc.run(rabbitmq)
             time.sleep(0.2)  # the last FIN/RST
-        events = list(decode_packets(read_packets(path), codec, Options(ports=frozenset({rabbitmq.port})),
-                                     stages=[Validator(codec.spec).stage]))  # fmt: skip
-        d = Diagnoser()
+        options = Options(ports=frozenset({rabbitmq.port}), keep_bodies=False, ledger=True)
+        events = list(decode_packets(read_packets(path), codec, options, stages=[Validator(codec.spec).stage]))
+        d = Diagnoser(THRESHOLDS)
         for ev in events:
             d.feed(ev)
         d.finish()
@@ -287,6 +355,16 @@ def test_details_of_the_recorded_causes(recordings: dict[str, Recording]) -> Non
     assert "channel_max (2)" in limit.summary
     lost = recordings["connection-lost"].found[0]
     assert lost.details["open_channels"] == [1] and lost.details["ended"] == "rst"
+    stalled = recordings["consumer-stalled"].found[0]
+    assert stalled.details["prefetch"] == 3 and stalled.details["duration_s"] > 1.0
+    # the first three publishes filled its prefetch; the other 17 waited
+    assert stalled.details["published_meanwhile"] == 17 and stalled.details["released_at_close"] == 3
+    assert "diag.stalled" in stalled.summary and "released when the channel closed" in stalled.summary
+    poison = recordings["poison-message"].found[0]
+    assert poison.details["requeues"] == 7 and "7 times" in poison.summary
+    requeued = recordings["unacked-requeued"].found[0]
+    assert requeued.details["released"] == 2 and requeued.details["redelivered"] == 2
+    assert "connection 1" in requeued.summary
 
 
 def test_sniff_shows_a_cause_as_it_happens(rabbitmq: PrivateBroker, tmp_path: Path) -> None:
@@ -308,3 +386,19 @@ def test_sniff_shows_a_cause_as_it_happens(rabbitmq: PrivateBroker, tmp_path: Pa
     close = next(r for r in recs if r.get("method") == "connection.close" and r["conn"] == d["conn"])
     assert close["packet"] in d["packets"] and d["client"].startswith("127.0.0.1:")
     assert ", 1 causes;" in s.stderr  # the final summary line counts it
+
+
+def test_report_cards_agree_with_a_stalled_consumer(recordings: dict[str, Recording], rabbitmq: PrivateBroker,
+                                                    tmp_path: Path) -> None:  # fmt: skip
+    from amqpscope.cli.main import cli
+    from click.testing import CliRunner
+
+    page = tmp_path / "stalled.html"
+    res = CliRunner().invoke(cli, ["report", "--port", str(rabbitmq.port), "--stall-threshold", "1", "-o",
+                                   str(page), str(recordings["consumer-stalled"].path)])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    html = page.read_text()
+    # its three deliveries were unacked when the channel closed: not "0 unacked"
+    assert "<b>0 / 3</b>unacked at end / released by a close" in html
+    assert "<b>consumer-stalled</b>" in html and html.index("<b>consumer-stalled</b>") < html.index("<h2>Over time")
+    assert "<b>1</b>causes" in html

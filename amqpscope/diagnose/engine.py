@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from ..events import S2C, Connection, Event, Finding
 from ..validate.findings import Tolerated, tolerated
-from . import closes, flow, network
+from . import closes, flow, ledger, network
 from .facts import Collector, ConnFacts
 from .model import CONNECTION, Diagnosis, Quirk, Thresholds, ranked
 
@@ -58,6 +58,10 @@ class Diagnoser:
         new: list[Diagnosis] = []
         for conn in list(self.col.conns):
             new += self._diagnose(conn)
+        # a redelivery elsewhere can come after the releasing connection ended: judged at the end
+        for r, d in ledger.requeued(self.col):
+            del self.col.released[(r.conn, r.channel)]
+            new += self._keep([d])
         return new
 
     def next_file(self, name: str | None, offset: int = 0) -> list[Diagnosis]:
@@ -123,6 +127,7 @@ def diagnose_connection(facts: ConnFacts, col: Collector, th: Thresholds) -> lis
     found = closes.causes(facts, col)
     used = {id(f) for c in facts.closes for f in c.explained_by}
     found += flow.blocked(facts, th) + flow.cancelled(facts, col) + flow.returned(facts)
+    found += ledger.stalled(facts, col, th) + ledger.poison(facts, th)
     explained = any(d.impact <= CONNECTION or d.channel is not None for d in found)
     found += network.ended(facts, th, explained)
     found += network.protocol_errors(facts, used)

@@ -9,13 +9,19 @@ pure functions.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..events import C2S, S2C, Connection, Event, Finding, Frame
+from ..events import C2S, S2C, Connection, Event, Finding, Frame, Ledger, Message
 from .model import Who
 
+MAX_DELIVERIES = 100_000  # deliveries remembered per connection (the oldest forgotten first)
+MAX_RELEASED = 100_000  # released message bodies remembered per capture
+
 MAX_KEPT = 200  # packets, declarations and returns kept per connection (counts stay exact)
+CLOSED = ("channel closed", "connection closed")  # ledger release outcomes of a close
+MAX_LEDGER = 1_000_000  # ledger records kept per connection until it is diagnosed
 
 
 @dataclass(slots=True)
@@ -83,6 +89,46 @@ class Cancelled:
 
 
 @dataclass(slots=True)
+class Released:
+    """Deliveries of one channel released by its close, and where they came back."""
+
+    conn: int
+    channel: int
+    outcome: str
+    packets: list[int] = field(default_factory=list)
+    first: float = 0.0
+    count: int = 0
+    held_s: float = 0.0  # the longest a released delivery had been held unacked
+    redelivered: list[tuple[int, int | None, int, float]] = field(default_factory=list)  # (conn, ch, packet, ts)
+
+
+class Published:
+    """Publish times to the default exchange by routing key (a queue name), bounded, for 'messages
+    were waiting' evidence."""
+
+    MAX_KEYS, MAX_TIMES = 10_000, 100_000
+
+    def __init__(self) -> None:
+        self.times: dict[str, list[float]] = {}
+
+    def add(self, routing_key: str, ts: float) -> None:
+        t = self.times.get(routing_key)
+        if t is None:
+            if len(self.times) >= self.MAX_KEYS:
+                return
+            t = self.times[routing_key] = []
+        if len(t) < self.MAX_TIMES:
+            if t and ts < t[-1]:
+                bisect.insort(t, ts)
+            else:
+                t.append(ts)
+
+    def between(self, routing_key: str, since: float, until: float) -> int:
+        t = self.times.get(routing_key, [])
+        return bisect.bisect_right(t, until) - bisect.bisect_left(t, since)
+
+
+@dataclass(slots=True)
 class ConnFacts:
     who: Who
     start_ts: float
@@ -103,7 +149,10 @@ class ConnFacts:
     cancels: list[Cancelled] = field(default_factory=list)
     violations: list[Finding] = field(default_factory=list)
     silences: list[Finding] = field(default_factory=list)  # heartbeat.silence findings
-    ledger: list[Event] = field(default_factory=list)  # the core's ledger events of this connection
+    ledger: list[Ledger] = field(default_factory=list)  # the core's ledger events of this connection
+    # (channel, delivery tag) → (body sha256, routing key, exchange) of its deliveries (bounded):
+    # how ledger entries, which name tags, are tied to a message across redeliveries
+    delivered: dict[tuple[int, int], tuple[str, str, str]] = field(default_factory=dict)
     last_request: dict[int, Frame] = field(default_factory=dict)  # channel → the client's last method
     consumers: dict[tuple[int, str], str] = field(default_factory=dict)  # (channel, tag) → queue
     pending_consume: dict[int, str] = field(default_factory=dict)  # channel → queue of a consume awaiting ok
@@ -133,6 +182,10 @@ class Collector:
         self.declared: dict[tuple[str, str, str], Declare] = {}
         self.deleted: dict[tuple[str, str], Declare] = {}
         self.vhost: dict[int, str] = {}
+        self.published = Published()
+        # released by a close, by body hash: waiting to be seen redelivered (unacked-requeued)
+        self.released: dict[tuple[int, int], Released] = {}  # (conn, channel) → its releases
+        self._released_bodies: dict[str, tuple[int, int]] = {}  # body sha256 → (conn, channel)
 
     def facts(self, ev: Event) -> ConnFacts:
         f = self.conns.get(ev.conn)
@@ -148,8 +201,52 @@ class Collector:
             self._connection(ev)  # type: ignore[arg-type]
         elif t is Finding:
             self._finding(ev)  # type: ignore[arg-type]
-        elif ev.kind == "ledger":
-            self.facts(ev).ledger.append(ev)
+        elif t is Message:
+            self._message(ev)  # type: ignore[arg-type]
+        elif t is Ledger:
+            self._ledger(ev)  # type: ignore[arg-type]
+
+    def published_between(self, queue: str, since: float, until: float) -> int:
+        return self.published.between(queue, since, until)
+
+    def _message(self, ev: Message) -> None:
+        args = ev.args
+        if ev.method == "basic.publish":
+            if not _text(args.get("exchange")):  # the default exchange routes by queue name
+                self.published.add(_text(args.get("routing_key")), ev.ts)
+            return
+        if ev.method not in ("basic.deliver", "basic.get-ok") or ev.body_sha256 is None:
+            return
+        f = self.facts(ev)
+        if len(f.delivered) >= MAX_DELIVERIES:
+            del f.delivered[next(iter(f.delivered))]
+        f.delivered[(ev.channel or 0, _int(args.get("delivery_tag")))] = (
+            ev.body_sha256, _text(args.get("routing_key")), _text(args.get("exchange")))
+        if args.get("redelivered"):
+            where = self._released_bodies.get(ev.body_sha256)
+            if where is not None and where != (ev.conn, ev.channel or 0):
+                r = self.released[where]
+                if len(r.redelivered) < MAX_KEPT:
+                    r.redelivered.append((ev.conn, ev.channel, ev.packet, ev.ts))
+                del self._released_bodies[ev.body_sha256]  # one redelivery proves it
+
+    def _ledger(self, ev: Ledger) -> None:
+        f = self.facts(ev)
+        if len(f.ledger) < MAX_LEDGER:
+            f.ledger.append(ev)
+        if ev.entry != "release" or ev.outcome not in CLOSED:
+            return
+        ch = ev.channel or 0
+        body = f.delivered.get((ch, ev.tag or 0))
+        r = self.released.get((ev.conn, ch))
+        if r is None:
+            r = self.released[(ev.conn, ch)] = Released(ev.conn, ch, ev.outcome, first=ev.ts)
+        r.count += 1
+        r.held_s = max(r.held_s, ev.duration or 0.0)
+        if len(r.packets) < MAX_KEPT:
+            r.packets.append(ev.packet)
+        if body is not None and len(self._released_bodies) < MAX_RELEASED:
+            self._released_bodies[body[0]] = (ev.conn, ch)
 
     def _connection(self, ev: Connection) -> None:
         f = self.facts(ev)

@@ -33,7 +33,7 @@ from amqpscope.capture import CaptureError, CaptureUnreadable, read_packets
 from amqpscope.diagnose import Diagnoser, Diagnosis
 from amqpscope.dissect.codec import Codec, get_codec
 from amqpscope.dissect.spec import DEFAULT_SPEC, bundled_spec_path
-from amqpscope.events import Event
+from amqpscope.events import Event, Ledger
 from amqpscope.pipeline import Options, RunStats, open_decoder
 from amqpscope.validate.validator import READS, Validator
 
@@ -276,7 +276,8 @@ def decode_capture(sl: Slice, config: JobConfig, constants: dict[str, str] | Non
     diagnosed: list[Diagnosis] = []
     stats = RunStats()
     options = Options(ports=config.ports, show_credentials=False, keep_bodies=False, tls_keylog=config.tls_keylog,
-                      ledger="ledger" in wanted)  # fmt: skip
+                      ledger="ledger" in wanted or diagnoser is not None)  # fmt: skip
+    reads = READS | {"ledger"} if diagnoser is not None else READS  # ledger records only for diagnoses
     error: BaseException | None = None
     written = 0
     found: list[Event] = []  # findings not yet handed out: also those made before a read error
@@ -292,13 +293,17 @@ def decode_capture(sl: Slice, config: JobConfig, constants: dict[str, str] | Non
                 # (exclusive queues, exchanges declared elsewhere) see only this slice's connections
                 checker = _validator(config.spec).checker()
                 feed = checker.feed
-                while (got := dec.arrow_events(schemas, constants, TABLE_OF_KIND, READS, config.batch_rows)) is not None:
+                while (got := dec.arrow_events(schemas, constants, TABLE_OF_KIND, reads, config.batch_rows)) is not None:
                     batches, events = got
                     for name, obj in batches.items():
                         batch = pa.record_batch(obj)
                         written += batch.num_rows
                         yield name, batch
                     for ev in events:
+                        if type(ev) is Ledger:
+                            if diagnoser is not None:
+                                diagnosed += diagnoser.feed(ev)
+                            continue
                         out = feed(ev)
                         if diagnoser is not None:
                             diagnosed += diagnoser.feed(ev)
