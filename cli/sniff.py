@@ -21,6 +21,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from types import FrameType
 from typing import Any
 
@@ -28,7 +29,7 @@ import click
 
 from amqpscope.diagnose import Diagnoser, Diagnosis
 from amqpscope.diagnose.text import cause_lines
-from amqpscope.events import Connection, Finding, Frame, Message
+from amqpscope.events import Connection, Finding, Frame, Ledger, Message
 from amqpscope.filter import compile_filter
 from amqpscope.helper import CaptureHelper, choose_helper, describe_exit
 from amqpscope.live import BUFFER_BYTES, DEFAULT_FILTER, LiveCapture, LiveCaptureError, LiveStats
@@ -222,12 +223,18 @@ def sniff(iface: str, bpf: str | None, spec: str | None, ports: tuple[int, ...],
         if analysis_to is not None:
             from amqpscope.analysis.stats import Analyzer
 
-            analyzer = Analyzer(codec.spec)
+            # the core's ledger events feed the analysis; they are not written
+            options = replace(options, ledger=True)
+            analyzer = Analyzer(codec.spec, ledger_in_stream=True)
         stages: tuple[Any, ...] = ()
         if not no_validate:
             from amqpscope.validate.validator import Validator  # the same inline findings as decode
 
             stages = (Validator(codec.spec).stage,)
+        if stages or analyzer is not None or predicate is not None or not isinstance(writer, JsonlWriter):
+            # Python events are made anyway (not the core's JSON-lines fast path): the ledger's
+            # records let causes such as consumer-stalled show live; they are not written
+            options = replace(options, ledger=True)
         job = _Job(iface, DEFAULT_FILTER if bpf is None else bpf, count, duration, write_to, writer, predicate,
                    analyzer, stages, codec, options, idle_timeout)  # fmt: skip
         if backend in IN_PROCESS:
@@ -300,7 +307,7 @@ class _Job:
                         counts["findings"] += 1
                     elif t is Connection and ev.state == "open":
                         counts["connections"] += 1
-                writer.write_all(batch)
+                writer.write_all([ev for ev in batch if type(ev) is not Ledger] if self.options.ledger else batch)
                 self._causes(found)
                 flush_out()
                 if count is not None and counts["frames"] >= count and on_frame_limit is not None:
@@ -309,6 +316,10 @@ class _Job:
             for ev in batch:
                 self._causes(diag(ev))
                 t = type(ev)
+                if t is Ledger:
+                    if analyzer is not None:
+                        analyzer.feed(ev)
+                    continue
                 if t is Frame:
                     counts["frames"] += 1
                     if count is not None and counts["frames"] >= count and on_frame_limit is not None:
@@ -362,7 +373,7 @@ class _Job:
         try:
             dec = _native.LiveDecoder(helper.pipe_path, self.codec.tables, _ports(self.options),
                                       self.options.show_credentials, self.options.keep_bodies, self.idle_timeout_ns,
-                                      self.count, self.write_to)  # fmt: skip
+                                      self.count, self.write_to, ledger=self.options.ledger)  # fmt: skip
         except BaseException as exc:
             helper.close()
             if isinstance(exc, OSError):

@@ -261,6 +261,15 @@ def test_sniff_write_then_decode_gives_the_same_events(rabbitmq: PrivateBroker, 
     report = json.loads(analysis.read_text())
     publishes = sum(1 for r in live_recs if r["kind"] == "frame" and r.get("method") == "basic.publish")
     assert report["methods"]["basic.publish"] == publishes >= 10
+    # and the core's ledger with them: the handshake's requests paired, as in the -w file's stats
+    assert "ledger" not in {r["kind"] for r in live_recs}
+    res = subprocess.run(_cli("stats", "-T", "json", "--no-validate", "--port", str(rabbitmq.port), str(pcap)),
+                         capture_output=True, cwd=ROOT, timeout=60)  # fmt: skip
+    assert res.returncode == 0, res.stderr.decode()
+    from_file = json.loads(res.stdout)
+    assert report["rpc"]["connection.open"]["answered"] >= 1
+    assert {m: st["answered"] for m, st in report["rpc"].items()} == {
+        m: st["answered"] for m, st in from_file["rpc"].items()}  # fmt: skip
 
 
 def _same_as_file(sniffer: Sniffer, pcap: Path, port: int) -> list[dict[str, Any]]:
