@@ -376,7 +376,7 @@ def test_sniff_shows_a_cause_as_it_happens(rabbitmq: PrivateBroker, tmp_path: Pa
     try:
         login(rabbitmq)
         # the diagnosis is in the stream while the capture still runs, not only at the end
-        s.wait_for(lambda r: r.get("kind") == "diagnosis" and r["cause"] == "login-refused")
+        s.wait_for(lambda r: r.get("kind") == "diagnosis" and r["cause"] == "login-refused", timeout=30)
         assert s.proc.poll() is None
     finally:
         rc = s.stop()
