@@ -22,8 +22,8 @@ def ended(facts: ConnFacts, th: Thresholds, explained: bool) -> list[Diagnosis]:
     if facts.heartbeat:
         limit = th.heartbeat_factor * facts.heartbeat
         for d in (C2S, S2C):
-            last = facts.last_frame.get(d)
-            if last is not None and end - last[0] > limit:
+            last = _silent(facts, d, limit, end)
+            if last is not None:
                 other = _PEER[S2C if d == C2S else C2S]
                 return [make("heartbeat-timeout", who, channel=None, packets=[last[1], *packets], since=last[0],
                              until=end, summary=f"the {_PEER[d]} of {who.phrase()} sent nothing for "
@@ -51,6 +51,19 @@ def ended(facts: ConnFacts, th: Thresholds, explained: bool) -> list[Diagnosis]:
                  f"{' …' if len(chans) > 10 else ''}): a crashed client, a killed process or the network",
                  broker_action="nothing on the wire; it drops the connection's channels, requeueing their unacked "
                  "deliveries", details={"ended": facts.ended, "open_channels": chans[:100]})]  # fmt: skip
+
+
+def _silent(facts: ConnFacts, d: str, limit: float, end: float) -> tuple[float, int] | None:
+    """(time, packet) of direction ``d``'s last frame when it was silent for more than ``limit``
+    seconds up to the TCP end: from the core ledger's ``heartbeat`` record of that direction (its
+    ``idle`` and ``ref_packet``), or, for events without ledger records, from the last frame seen."""
+    for r in facts.ledger:
+        if r.entry == "heartbeat" and r.dir == d:
+            if r.idle is None or r.idle <= limit:
+                return None
+            return end - r.idle, r.ref_packet if r.ref_packet is not None else r.packet
+    last = facts.last_frame.get(d)
+    return last if last is not None and end - last[0] > limit else None
 
 
 def protocol_errors(facts: ConnFacts, used: set[int]) -> list[Diagnosis]:
