@@ -11,7 +11,7 @@ from rich.console import Console
 
 from amqpscope.analysis.stats import Analyzer
 from amqpscope.analysis.tables import render
-from amqpscope.diagnose import Thresholds
+from amqpscope.diagnose import Diagnoser, Thresholds
 from amqpscope.output.records import dumps
 
 from .common import CaptureRun, fail, input_options, load_codec, options_from, run_guarded, validate_with
@@ -31,7 +31,7 @@ def run_analysis(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...
     capture = CaptureRun(files, codec, options)
     analyzer = Analyzer(codec.spec, ledger_in_stream=True)
     if thresholds is not None:
-        analyzer.diagnoser.thresholds = thresholds  # the diagnosis at the top: diagnose's options
+        analyzer.diagnoser = Diagnoser(thresholds)  # the diagnosis at the top: diagnose's options
     if validate:
         validate_with(capture, codec.spec)
     seen = 0

@@ -23,7 +23,7 @@ MAX_QUIRK_PACKETS = 20
 class Diagnoser:
     def __init__(self, thresholds: Thresholds | None = None) -> None:
         self.thresholds = thresholds or Thresholds()
-        self.col = Collector()
+        self.col = Collector(self.thresholds.stall_s)
         self.diagnoses: list[Diagnosis] = []
         self.quirks: dict[tuple[str, str, str | None], Quirk] = {}
         self.file: str | None = None
@@ -68,7 +68,7 @@ class Diagnoser:
         """Diagnose what is left of the previous file and start a new one (connection ids restart;
         ``offset`` is added to the new file's ids in what is reported)."""
         new = self.finish()
-        self.col = Collector()
+        self.col = Collector(self.thresholds.stall_s)
         self._done = set()
         self.file = name
         self.offset = offset

@@ -21,7 +21,8 @@ MAX_RELEASED = 100_000  # released message bodies remembered per capture
 
 MAX_KEPT = 200  # packets, declarations and returns kept per connection (counts stay exact)
 CLOSED = ("channel closed", "connection closed")  # ledger release outcomes of a close
-MAX_LEDGER = 1_000_000  # ledger records kept per connection until it is diagnosed
+MAX_LEDGER = 10_000  # ledger records kept per connection until it is diagnosed (those causes read)
+REQUEUED = ("nack", "reject")  # settle outcomes that can requeue
 
 
 @dataclass(slots=True)
@@ -129,6 +130,19 @@ class Published:
 
 
 @dataclass(slots=True)
+class Requeues:
+    """One message's rejects/nacks with requeue on a connection (poison-message)."""
+
+    channel: int
+    routing_key: str
+    first: Ledger
+    last: Ledger
+    count: int = 0
+    outcomes: set[str] = field(default_factory=set)
+    packets: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
 class ConnFacts:
     who: Who
     start_ts: float
@@ -150,6 +164,7 @@ class ConnFacts:
     violations: list[Finding] = field(default_factory=list)
     silences: list[Finding] = field(default_factory=list)  # heartbeat.silence findings
     ledger: list[Ledger] = field(default_factory=list)  # the core's ledger events of this connection
+    requeues: dict[str, Requeues] = field(default_factory=dict)  # body sha256 → its requeueing settles
     # (channel, delivery tag) → (body sha256, routing key, exchange) of its deliveries (bounded):
     # how ledger entries, which name tags, are tied to a message across redeliveries
     delivered: dict[tuple[int, int], tuple[str, str, str]] = field(default_factory=dict)
@@ -175,7 +190,8 @@ def _int(v: Any) -> int:
 class Collector:
     """Facts of every connection of one capture (connection ids are the capture's own)."""
 
-    def __init__(self) -> None:
+    def __init__(self, stall_s: float = 0.0) -> None:
+        self.stall_s = stall_s  # shorter at-limit spells are not kept: no cause reads them
         self.conns: dict[int, ConnFacts] = {}
         # declarations by (vhost, method, name): the first declaration of an entity, and queue
         # deletes by (vhost, queue), across connections (a consumer is cancelled by another's delete)
@@ -231,10 +247,18 @@ class Collector:
                 del self._released_bodies[ev.body_sha256]  # one redelivery proves it
 
     def _ledger(self, ev: Ledger) -> None:
+        """Keep the records causes read, aggregated where they can be many (settles)."""
         f = self.facts(ev)
-        if len(f.ledger) < MAX_LEDGER:
+        entry = ev.entry
+        if entry == "settle":
+            if ev.requeue and ev.outcome in REQUEUED:
+                self._requeue(f, ev)
+            return
+        keep = entry == "heartbeat" or (entry == "at-limit" and (ev.duration or 0.0) >= self.stall_s) or (
+            entry == "release" and ev.outcome in CLOSED)  # fmt: skip
+        if keep and len(f.ledger) < MAX_LEDGER:
             f.ledger.append(ev)
-        if ev.entry != "release" or ev.outcome not in CLOSED:
+        if entry != "release" or ev.outcome not in CLOSED:
             return
         ch = ev.channel or 0
         body = f.delivered.get((ch, ev.tag or 0))
@@ -247,6 +271,22 @@ class Collector:
             r.packets.append(ev.packet)
         if body is not None and len(self._released_bodies) < MAX_RELEASED:
             self._released_bodies[body[0]] = (ev.conn, ch)
+
+    def _requeue(self, f: ConnFacts, ev: Ledger) -> None:
+        ch = ev.channel or 0
+        body = f.delivered.get((ch, ev.tag or 0))
+        if body is None:
+            return  # its delivery was not seen (before the capture, after a gap)
+        r = f.requeues.get(body[0])
+        if r is None:
+            if len(f.requeues) >= MAX_DELIVERIES:
+                return
+            r = f.requeues[body[0]] = Requeues(ch, body[1], ev, ev)
+        r.count += 1
+        r.last = ev
+        r.outcomes.add(ev.outcome or "")
+        if len(r.packets) < 20:
+            r.packets += [p for p in (ev.packet, ev.ref_packet) if p is not None]
 
     def _connection(self, ev: Connection) -> None:
         f = self.facts(ev)

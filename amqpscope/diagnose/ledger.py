@@ -7,12 +7,8 @@ of its body (the ``message`` event of its delivery), the only identity a capture
 
 from __future__ import annotations
 
-from typing import Any
-
 from .facts import CLOSED, Collector, ConnFacts, Released
 from .model import Diagnosis, Thresholds, make
-
-REQUEUED = ("nack", "reject")
 
 
 def _s(n: int, one: str, many: str) -> str:
@@ -65,33 +61,22 @@ def stalled(facts: ConnFacts, col: Collector, th: Thresholds) -> list[Diagnosis]
 def poison(facts: ConnFacts, th: Thresholds) -> list[Diagnosis]:
     """One message (by body hash) rejected or nacked with requeue at least ``poison_redeliveries``
     times on this connection."""
-    counts: dict[str, list[Any]] = {}
-    for ev in facts.ledger:
-        if ev.entry != "settle" or not ev.requeue \
-                or ev.outcome not in REQUEUED:  # fmt: skip
-            continue
-        body = facts.delivered.get((ev.channel or 0, ev.tag or 0))
-        if body is not None:
-            counts.setdefault(body[0], []).append(ev)
     out = []
     who = facts.who
-    for digest, settles in counts.items():
-        if len(settles) < th.poison_redeliveries:
+    for digest, r in facts.requeues.items():
+        if r.count < th.poison_redeliveries:
             continue
-        first, last = settles[0], settles[-1]
-        ch = first.channel or 0
-        name, queue = _consumer(facts, ch)
-        rk = facts.delivered.get((ch, first.tag or 0), ("", "", ""))[1]
-        how = sorted({s.outcome for s in settles})
-        packets = [p for s in settles[:10] for p in (s.packet, s.ref_packet) if p is not None]
-        span = last.ts - first.ts
-        out.append(make("poison-message", who, channel=ch, packets=packets, since=first.ts, until=last.ts,
-                        summary=f"{who.phrase()} {'/'.join('nacked' if h == 'nack' else 'rejected' for h in how)} "
-                        f"the same message (routing key '{rk}', body sha256 {digest[:12]}…) with requeue "
-                        f"{len(settles)} times in {span:.3f} s on channel {ch} ({name}): it comes straight back "
-                        "and, with a small prefetch, holds up every message behind it",
-                        broker_action=f"redelivered it at once with redelivered=true, {len(settles)} times",
-                        details={"requeues": len(settles), "body_sha256": digest, "routing_key": rk,
+        name, queue = _consumer(facts, r.channel)
+        verbs = "/".join("nacked" if h == "nack" else "rejected" for h in sorted(r.outcomes))
+        span = r.last.ts - r.first.ts
+        out.append(make("poison-message", who, channel=r.channel, packets=r.packets, since=r.first.ts,
+                        until=r.last.ts,
+                        summary=f"{who.phrase()} {verbs} the same message (routing key '{r.routing_key}', body "
+                        f"sha256 {digest[:12]}…) with requeue {r.count} times in {span:.3f} s on channel "
+                        f"{r.channel} ({name}): it comes straight back and, with a small prefetch, holds up every "
+                        "message behind it",
+                        broker_action=f"redelivered it at once with redelivered=true, {r.count} times",
+                        details={"requeues": r.count, "body_sha256": digest, "routing_key": r.routing_key,
                                  "queue": queue}))  # fmt: skip
     return out
 
