@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any
 
@@ -9,7 +10,9 @@ import click
 
 from amqpscope.analysis.flow import Ladder, build
 from amqpscope.analysis.html import render_html
+from amqpscope.capture import CaptureError
 from amqpscope.events import Event
+from amqpscope.pipeline import decode_batches
 
 from .common import CaptureRun, input_options, run_guarded
 from .diagnose import threshold_options, thresholds_from
@@ -32,11 +35,14 @@ def diagnosed_ladders(files: tuple[str, ...], capture: CaptureRun, offsets: list
         if i >= len(files) or files[i] == "-":
             continue  # standard input cannot be read twice
         kept: dict[int, list[Event]] = {c: [] for c in conns}
-        again = CaptureRun((files[i],), capture.codec, capture.options)
-        for ev in again.events():
-            bucket = kept.get(ev.conn)
-            if bucket is not None and len(bucket) < LADDER_EVENTS:
-                bucket.append(ev)
+        # the first pass already reported this file's capture error, if any: the events before it
+        # are all there is, and the error is not said twice
+        with contextlib.suppress(CaptureError):
+            for batch in decode_batches(files[i], capture.codec, capture.options):
+                for ev in batch:
+                    bucket = kept.get(ev.conn)
+                    if bucket is not None and len(bucket) < LADDER_EVENTS:
+                        bucket.append(ev)
         for conn, evs in kept.items():
             ladder = build(evs, conn, limit=LADDER_STEPS)
             if ladder is not None:
