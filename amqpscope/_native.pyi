@@ -35,6 +35,14 @@ class Decoder:
         kinds: dict[str, str],  # event kind -> table name (schema.TABLE_OF_KIND)
         batch_events: int = ...,
     ) -> dict[str, ArrowBatch] | None: ...
+    def arrow_events(
+        self,
+        tables: dict[str, Any],
+        constants: dict[str, str],
+        kinds: dict[str, str],
+        event_kinds: set[str] | frozenset[str],  # kinds to hand over as Python events too
+        batch_events: int = ...,
+    ) -> tuple[dict[str, ArrowBatch], list[Event]] | None: ...
     def stats(self) -> dict[str, Any]: ...
 
 class ArrowBatch:
