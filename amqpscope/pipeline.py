@@ -40,6 +40,8 @@ class Options:
     show_credentials: bool = False
     keep_bodies: bool = True  # keep message bodies in memory for --body preview/full
     tls_keylog: str = field(default="", repr=False)  # NSS key log text (--tls-keylog); never shown
+    # live runs: key log files read as they grow (sniff --tls-keylog), instead of tls_keylog's text
+    tls_follow: tuple[str, ...] = ()
 
 
 def read_keylogs(keylog: str | Path | Iterable[str | Path] | None) -> str:
@@ -208,6 +210,7 @@ def decode_packets(
         options.keep_bodies,
         idle_timeout_ns,
         options.tls_keylog or None,
+        list(options.tls_follow),
     )
     return chain.from_iterable(_staged(_engine_batches(engine, iter(packets), stats), stages))
 

@@ -115,6 +115,8 @@ fn frame(ev: &Bound<'_, PyAny>, base: Base) -> PyResult<Frame> {
         resync: attr(ev, "resync")?,
         problem: attr(ev, "problem")?,
         payload: attr(ev, "payload")?,
+        tls: attr::<Option<(String, String, u64)>>(ev, "tls")?
+            .and_then(|(v, s, r)| amqpscope_core::tls::layer_from_names(&v, &s, r)),
     })
 }
 
