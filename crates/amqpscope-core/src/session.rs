@@ -470,8 +470,29 @@ impl Conn {
     /// What the TLS layer made of the records of both directions.
     fn tls_outs(&mut self, ctx: &Ctx<'_>, items: TlsOuts, out: &mut Vec<Event>) {
         let (client, server) = (self.client, self.server);
-        self.tls_items(ctx, client, items.client, out);
-        self.tls_items(ctx, server, items.server, out);
+        if items.client.is_empty() || items.server.is_empty() {
+            self.tls_items(ctx, client, items.client, out);
+            self.tls_items(ctx, server, items.server, out);
+            return;
+        }
+        // records of both directions opened at once (their keys came late): in capture order,
+        // so that the conversation is followed as it happened (start before start-ok)
+        let mut c = items.client.into_iter().peekable();
+        let mut s = items.server.into_iter().peekable();
+        loop {
+            let from_client = match (c.peek(), s.peek()) {
+                (Some(a), Some(b)) => a.packet() <= b.packet(),
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (None, None) => break,
+            };
+            let (src, item) = if from_client {
+                (client, c.next())
+            } else {
+                (server, s.next())
+            };
+            self.tls_items(ctx, src, item.into_iter().collect(), out);
+        }
     }
 
     /// The key log grew: records this connection held for their keys are opened now.

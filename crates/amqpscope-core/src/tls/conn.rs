@@ -56,6 +56,17 @@ pub enum TlsOut {
     },
 }
 
+impl TlsOut {
+    /// The packet the item's record (or gap) came in.
+    pub fn packet(&self) -> u64 {
+        match self {
+            TlsOut::Plain { packet, .. }
+            | TlsOut::Gap { packet, .. }
+            | TlsOut::Problem { packet, .. } => *packet,
+        }
+    }
+}
+
 /// The TLS layer's output of one feed, by direction: keys that arrive open the records held in
 /// both directions at once, and each direction's plaintext goes to its own frame stream.
 #[derive(Debug, Default)]
@@ -492,7 +503,11 @@ impl TlsConn {
     fn hold(&mut self, d: usize, rec: Record, limits: &Limits) {
         let decryptable = self.decryptable();
         let dir = &mut self.dirs[d];
-        if !decryptable || dir.held_bytes + rec.wire_len() > limits.tls_held_bytes {
+        // once one record was dropped the later ones are too: the held ones must stay in a row
+        if !decryptable
+            || dir.dropped > 0
+            || dir.held_bytes + rec.wire_len() > limits.tls_held_bytes
+        {
             // never to be decrypted: counted, and its sequence number kept
             self.opaque += rec.wire_len();
             dir.dropped += 1;
