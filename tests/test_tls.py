@@ -276,3 +276,97 @@ def test_secrets_never_in_any_output(tls_broker: PrivateBroker, tmp_path: Path) 
         tls_keylog=keys.read_text())))  # fmt: skip
     reprs = repr(list(decode(cap, keys)))
     assert secrets and not any(s.encode() in text or s in reprs for s in secrets)
+
+
+def _accounting(cap: Path, keys: Path | None) -> amqpscope.pipeline.StreamAccounting:
+    stats = amqpscope.pipeline.RunStats()
+    options = amqpscope.pipeline.Options(tls_keylog=amqpscope.pipeline.read_keylogs(keys))
+    for _ in amqpscope.pipeline.decode_source(cap, options=options, stats=stats):
+        pass
+    return stats.accounting
+
+
+@pytest.mark.parametrize("keyed", [True, False], ids=["keys", "no-key"])
+def test_tcp_gap_bytes_inside_tls_are_accounted(tls_broker: PrivateBroker, tmp_path: Path, keyed: bool) -> None:
+    cap, keys, _ = record(tls_broker, tmp_path, "gapacc", "--messages", "9")
+    key = keys if keyed else None
+    clean = _accounting(cap, key)
+    to_broker = [(i, seg) for i, seg in variants.data_packets(cap) if seg.dst[1] == tls_broker.tls_port]
+    # the client's largest segment in the middle of the session: a large body's record
+    middle = to_broker[len(to_broker) // 4 : 3 * len(to_broker) // 4]
+    target, seg = max(middle, key=lambda p: len(p[1].payload))
+    assert len(seg.payload) > 16 * 1024
+    cut = tmp_path / "gap.pcap"
+    variants.drop_packets(cap, cut, [target])
+    acc = _accounting(cut, key)
+    lost = len(seg.payload)
+    # the TCP bytes the capture lost are gap bytes; the TLS bytes are those captured
+    assert clean.gap_bytes == 0 and acc.gap_bytes == lost
+    assert acc.tls_bytes == clean.tls_bytes - lost
+    # what is left of records the gap cut into is never decrypted (none when it took whole ones):
+    # the bytes used can only shrink, by the lost bytes at least
+    used, clean_used = acc.tls_bytes - acc.tls_opaque_bytes, clean.tls_bytes - clean.tls_opaque_bytes
+    assert used <= clean_used and acc.tls_opaque_bytes >= clean.tls_opaque_bytes - lost
+    assert acc.balanced() and clean.balanced()
+    # decode --stats shows the same accounting
+    from click.testing import CliRunner
+
+    from cli.main import cli
+
+    args = ["decode", "--stats", "-T", "jsonl", "--no-progress", "--no-validate", str(cut)]
+    res = CliRunner().invoke(cli, [*args, *(["--tls-keylog", str(keys)] if keyed else [])])
+    assert res.exit_code == 0, res.stderr
+    last = json.loads(res.stdout.splitlines()[-1])
+    assert last["kind"] == "accounting"
+    assert (last["gap_bytes"], last["tls_bytes"], last["tls_opaque_bytes"]) == (lost, acc.tls_bytes,
+                                                                               acc.tls_opaque_bytes)  # fmt: skip
+    events = decode(cut, key)
+    (tls,) = of(events, Tls)
+    assert tls.bytes_c2s + tls.bytes_s2c == acc.tls_bytes
+    if keyed:
+        assert [g.size for g in of(events, Gap)] == [lost] and tls.records_lost >= 1
+        # the plaintext the lost records held is not in the AMQP stream: the frames around it are
+        assert acc.stream_bytes < clean.stream_bytes
+
+
+def tshark_records(cap: Path, keys: Path, port: int) -> dict[str, list[int]]:
+    """Per direction, the packet each TLS record completes in, in stream order (tshark's listing)."""
+    cmd = ["tshark", "-r", str(cap), "-o", f"tls.keylog_file:{keys}", "-d", f"tcp.port=={port},tls", "-Y", "tls",
+           "-T", "fields", "-E", "occurrence=a", "-E", "aggregator=,", "-e", "frame.number", "-e", "tcp.dstport",
+           "-e", "tls.record.length"]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=120)
+    got: dict[str, list[int]] = {"c2s": [], "s2c": []}
+    for line in out.stdout.splitlines():
+        number, dport, lengths = line.split("\t")
+        d = "c2s" if int(dport) == port else "s2c"
+        got[d] += [int(number)] * len(lengths.split(","))
+    return got
+
+
+def test_decode_verbose_shows_the_tls_record_of_each_frame(tls_broker: PrivateBroker, tmp_path: Path) -> None:
+    cap, keys, _ = record(tls_broker, tmp_path, "verbose", "--messages", "4")
+    events = decode(cap, keys)
+    frames, (tls,) = of(events, Frame), of(events, Tls)
+    records = tshark_records(cap, keys, tls_broker.tls_port)
+    assert frames and all(f.tls is not None for f in frames) and tls.version == "TLSv1.3"
+    for f in frames:
+        version, suite, index = f.tls
+        assert (version, suite) == (tls.version, tls.suite)
+        assert records[f.dir][index] == f.packet  # the record tshark lists at that place
+    # every record number of a direction at most once per frame run, in order
+    for d in ("c2s", "s2c"):
+        seq = [f.tls[2] for f in frames if f.dir == d]
+        assert seq == sorted(seq)
+    from click.testing import CliRunner
+
+    from cli.main import cli
+
+    res = CliRunner().invoke(cli, ["decode", "-V", "-T", "rich", "--no-progress", "--no-validate", "--tls-keylog",
+                                   str(keys), str(cap)], env={"COLUMNS": "200"})  # fmt: skip
+    assert res.exit_code == 0, res.stderr
+    shown = [ln for ln in res.stdout.splitlines() if f"tls: TLSv1.3 {tls.suite}, record " in ln]
+    assert len(shown) == len(frames)
+    first = frames[0]
+    assert f"record {first.tls[2]} of {first.dir}" in shown[0]
+    plain = CliRunner().invoke(cli, ["decode", "-V", "-T", "rich", "--no-progress", str(ROOT / "samples" / "hello.pcap")])
+    assert plain.exit_code == 0 and "tls:" not in plain.stdout
