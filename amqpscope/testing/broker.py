@@ -40,6 +40,10 @@ import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from amqpscope.testing.tlscerts import Certificates
 
 RABBITMQ_BIN = Path(os.environ.get("AMQPSCOPE_RABBITMQ_BIN", "/usr/lib/rabbitmq/bin"))
 """Directory of the real RabbitMQ scripts.
@@ -167,6 +171,7 @@ class PrivateBroker:
         tls: bool = False,
         tls_versions: tuple[str, ...] = ("tlsv1.3", "tlsv1.2"),
         tls_ciphers: tuple[str, ...] = (),
+        tls_session_tickets: bool = False,
     ) -> None:
         self._requested_port = port
         self._port_base = port_base
@@ -187,6 +192,7 @@ class PrivateBroker:
         self.tls = tls
         self.tls_versions = tls_versions
         self.tls_ciphers = tls_ciphers  # OpenSSL/IANA names; forces the suite on the broker's side
+        self.tls_session_tickets = tls_session_tickets  # TLS 1.3 stateless tickets: resumption (PSK)
         self.tls_port = 0
         self.ca_file: Path | None = None  # the harness's CA, for clients to verify the broker
 
@@ -385,6 +391,11 @@ class PrivateBroker:
 
         certs = make_certificates(base / "tls")
         self.ca_file = certs.ca
+        if self.tls_session_tickets:
+            # rabbitmq.conf has no key for session tickets; advanced.config replaces ssl_options
+            # as a whole, so all of them go there
+            self._advanced_ssl_options(base, certs)
+            return [f"listeners.ssl.1 = 127.0.0.1:{self.tls_port}"]
         lines = [
             f"listeners.ssl.1 = 127.0.0.1:{self.tls_port}",
             f"ssl_options.cacertfile = {certs.ca}",
@@ -397,6 +408,18 @@ class PrivateBroker:
         lines += [f"ssl_options.versions.{i} = {v}" for i, v in enumerate(self.tls_versions, 1)]
         lines += [f"ssl_options.ciphers.{i} = {c}" for i, c in enumerate(self.tls_ciphers, 1)]
         return lines
+
+    def _advanced_ssl_options(self, base: Path, certs: Certificates) -> None:
+        def s(text: object) -> str:
+            return json.dumps(str(text))  # an Erlang string: the same quoting for these paths
+
+        opts = [f"{{cacertfile, {s(certs.ca)}}}", f"{{certfile, {s(certs.cert)}}}", f"{{keyfile, {s(certs.key)}}}",
+                "{verify, verify_none}", "{fail_if_no_peer_cert, false}", "{honor_cipher_order, true}",
+                "{session_tickets, stateless}",
+                "{versions, [" + ", ".join(f"'{v}'" for v in self.tls_versions) + "]}"]  # fmt: skip
+        if self.tls_ciphers:
+            opts.append("{ciphers, [" + ", ".join(s(c) for c in self.tls_ciphers) + "]}")
+        (base / "advanced.config").write_text("[{rabbit, [{ssl_options, [" + ", ".join(opts) + "]}]}].\n")
 
     def _cli(self, tool: str, *args: str, check: bool, timeout: float) -> subprocess.CompletedProcess[str]:
         if not self.node or not self._env:
