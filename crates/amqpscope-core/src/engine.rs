@@ -119,13 +119,12 @@ impl Engine {
                     continue;
                 }
             }
-            if matches!(tev, TcpEvent::Close { .. })
-                && self.follow.is_some()
-                && self.session.tls_waiting()
-            {
-                // its keys may be in the file by now: a last look before its tls event
-                self.poll_keylogs(true);
-                out.append(&mut self.keyed);
+            if let TcpEvent::Close { flow, .. } = tev {
+                if self.follow.is_some() && self.session.tls_waiting(flow) {
+                    // its keys may be in the file by now: a last look before its tls event
+                    self.poll_keylogs(true);
+                    out.append(&mut self.keyed);
+                }
             }
             self.session.handle(tev, out);
         }

@@ -155,10 +155,9 @@ impl Session {
         }
     }
 
-    /// More key log text (a pcapng Decryption Secrets Block, a growing key log file): connections
-    /// waiting for keys use them from their next record on. Returns the secrets added.
-    /// Records held for their keys are opened at once, in both directions (their events in
-    /// `out`), not only when their connection's next packet comes.
+    /// More key log text (a pcapng Decryption Secrets Block, a growing key log file). Records
+    /// held for these keys are opened at once, in both directions (their events in `out`), not
+    /// only when their connection's next packet comes. Returns the secrets added.
     pub fn add_tls_keys(&mut self, text: &str, out: &mut Vec<Event>) -> usize {
         let added = self.keylog.add_text(text);
         if added == 0 {
@@ -192,11 +191,12 @@ impl Session {
         added
     }
 
-    /// Whether some TLS connection holds records for keys it has not got.
-    pub fn tls_waiting(&self) -> bool {
+    /// Whether this flow is a TLS connection holding records for keys it has not got.
+    pub fn tls_waiting(&self, flow: u64) -> bool {
         self.conns
-            .values()
-            .any(|c| c.tls.as_ref().is_some_and(|t| t.waiting()))
+            .get(&flow)
+            .and_then(|c| c.tls.as_ref())
+            .is_some_and(|t| t.waiting())
     }
 
     /// TLS bytes over every connection: (record bytes captured, never decrypted, lost in gaps).
