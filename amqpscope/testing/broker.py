@@ -35,6 +35,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
@@ -439,15 +440,38 @@ class PrivateBroker:
         return res
 
     def _amqp_ready(self) -> bool:
-        """True when the listener answers the protocol header with connection.start."""
+        """True when the listener answers the protocol header with this node's connection.start."""
         try:
             with socket.create_connection((LOOPBACK, self.port), timeout=1.0) as s:
-                s.sendall(AMQP_HEADER)
-                data = s.recv(7)
+                return self._own_start(s)
         except OSError:
             return False
-        # Method frame (type 1) on channel 0.
-        return len(data) >= 3 and data[0] == 1 and data[1:3] == b"\x00\x00"
+
+    def _tls_ready(self) -> bool:
+        """True when the TLS listener is this node's: its certificate verifies with this broker's
+        own CA and it answers with this node's connection.start. (Ports are found free before the
+        node binds them: on a machine where other test runs start brokers too, another node may
+        take one first, and a client would then talk to it.)"""
+        ctx = ssl.create_default_context(cafile=str(self.ca_file))
+        ctx.set_ciphers("ALL")  # whatever single suite the broker is restricted to
+        try:
+            with socket.create_connection((LOOPBACK, self.tls_port), timeout=1.0) as raw, \
+                    ctx.wrap_socket(raw, server_hostname="localhost") as s:  # fmt: skip
+                return self._own_start(s)
+        except OSError:  # ssl.SSLError included
+            return False
+
+    def _own_start(self, s: socket.socket) -> bool:
+        s.sendall(AMQP_HEADER)
+        data = b""
+        while len(data) < 7 or len(data) < 8 + int.from_bytes(data[3:7], "big"):
+            chunk = s.recv(65536)
+            if not chunk or len(data) > 1 << 16:
+                break
+            data += chunk
+        # a method frame (type 1) on channel 0 whose server properties name this node (cluster_name)
+        name = self.node.split("@", 1)[0].encode()
+        return len(data) >= 3 and data[0] == 1 and data[1:3] == b"\x00\x00" and name in data
 
     def _wait_ready(self, t0: float) -> None:
         assert self._proc is not None
@@ -457,7 +481,7 @@ class PrivateBroker:
                 raise BrokerError(
                     f"rabbitmq-server exited with {self._proc.returncode} during startup:\n" + self.log_text()[-4000:]
                 )
-            if self._amqp_ready():
+            if self._amqp_ready() and (not self.tls or self._tls_ready()):
                 return
             time.sleep(0.05)
         raise BrokerError(
