@@ -1,7 +1,7 @@
 """``amqpscope sniff --tls-keylog`` with a key log written while the capture runs, with real
 components: the harness's private RabbitMQ TLS listener, pika TLS clients writing the NSS key log
 (``SSLContext.keylog_filename``, what ``SSLKEYLOGFILE`` sets), the sniffer on lo through its capture
-helper. Its frames must equal tshark's decryption of the sniffer's own ``-w`` file with the final
+helper (and, for the first test, the in-process libpcap back end). Its frames must equal tshark's decryption of the sniffer's own ``-w`` file with the final
 key log.
 
 Records whose keys are not in the file yet are held (``Limits::tls_held_bytes`` per direction) and
@@ -25,6 +25,7 @@ import pytest
 from test_sniff import DUMPCAP, Sniffer, _closed_by_client
 from test_tls import FrameKey, run_client, tshark_frames
 
+from amqpscope import live
 from amqpscope.testing.broker import PrivateBroker, rabbitmq_available
 
 pytestmark = [
@@ -56,10 +57,10 @@ def tls_conns(recs: list[dict[str, Any]], port: int) -> set[int]:
     return {r["conn"] for r in recs if r["kind"] == "tls" and r["server"] == f"127.0.0.1:{port}"}
 
 
-def sniff(tmp: Path, broker: PrivateBroker, keys: Path, pcap: Path) -> Sniffer:
+def sniff(tmp: Path, broker: PrivateBroker, keys: Path, pcap: Path, backend: str = "auto") -> Sniffer:
     return Sniffer(tmp, "-i", "lo", "-f", f"tcp port {broker.tls_port} or tcp port {broker.port}", "--port",
                    str(broker.port), "--tls-keylog", str(keys), "--format", "jsonl", "--no-validate", "-w",
-                   str(pcap))  # fmt: skip
+                   str(pcap), "--capture-backend", backend)  # fmt: skip
 
 
 def plain_round_trip(sniffer: Sniffer, broker: PrivateBroker) -> None:
@@ -87,10 +88,14 @@ def publish(conn: pika.BlockingConnection, queue: str, bodies: list[bytes]) -> N
         ch.basic_publish("", queue, body)
 
 
-def test_sniff_decodes_a_client_writing_its_key_log_while_it_runs(tls_broker: PrivateBroker, tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["dumpcap", "libpcap"])
+def test_sniff_decodes_a_client_writing_its_key_log_while_it_runs(tls_broker: PrivateBroker, tmp_path: Path,
+                                                                  backend: str) -> None:  # fmt: skip
+    if backend == "libpcap" and not live.libpcap_available():
+        pytest.skip("libpcap is not installed")
     keys, pcap = tmp_path / "sslkeylog.txt", tmp_path / "live.pcapng"
     assert not keys.exists()  # the client creates it, as SSLKEYLOGFILE does
-    sniffer = sniff(tmp_path, tls_broker, keys, pcap)
+    sniffer = sniff(tmp_path, tls_broker, keys, pcap, backend)
     try:
         result = run_client(tls_broker, keys, "--messages", "6", tmp=tmp_path)
         sniffer.wait_for(lambda r: r["kind"] == "tls" and r["server"] == f"127.0.0.1:{tls_broker.tls_port}")
