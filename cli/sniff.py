@@ -218,7 +218,8 @@ def sniff(iface: str, bpf: str | None, spec: str | None, ports: tuple[int, ...],
         predicate = compile_filter(display_filter)
         codec = load_codec(spec)
         writer = make_writer(fmt, body, verbose)
-        options = options_from(ports, show_credentials, keep_bodies=writer.body != "none")
+        # a client writing SSLKEYLOGFILE appends as it connects: the key logs are followed
+        options = options_from(ports, show_credentials, keep_bodies=writer.body != "none", follow_keylogs=True)
         analyzer = None
         if analysis_to is not None:
             from amqpscope.analysis.stats import Analyzer
@@ -370,7 +371,7 @@ class _Job:
             dec = _native.LiveDecoder(helper.pipe_path, self.codec.tables, _ports(self.options),
                                       self.options.show_credentials, self.options.keep_bodies, self.idle_timeout_ns,
                                       self.count, self.write_to, _validation(self.codec, self.options),
-                                      self.options.ledger)  # fmt: skip
+                                      self.options.ledger, list(self.options.tls_follow))  # fmt: skip
         except BaseException as exc:
             helper.close()
             if isinstance(exc, OSError):
