@@ -35,6 +35,14 @@ class Decoder:
         kinds: dict[str, str],  # event kind -> table name (schema.TABLE_OF_KIND)
         batch_events: int = ...,
     ) -> dict[str, ArrowBatch] | None: ...
+    def arrow_events(
+        self,
+        tables: dict[str, Any],
+        constants: dict[str, str],
+        kinds: dict[str, str],
+        event_kinds: set[str] | frozenset[str],  # kinds to hand over as Python events too
+        batch_events: int = ...,
+    ) -> tuple[dict[str, ArrowBatch], list[Event]] | None: ...
     def stats(self) -> dict[str, Any]: ...
 
 class ArrowBatch:
@@ -56,6 +64,7 @@ class Engine:
         tls_keylog: str | None = ...,
         validation: str | None = ...,
         ledger: bool = ...,
+        tls_follow: list[str] = ...,
     ) -> None: ...
     def add_tls_keylog(self, text: str) -> int: ...
     def feed(self, packets: Iterable[RawPacket]) -> list[Event]: ...
@@ -75,6 +84,7 @@ class LiveDecoder:
         copy_to: str | None = ...,
         validation: str | None = ...,
         ledger: bool = ...,
+        tls_follow: list[str] = ...,
     ) -> None: ...
     def jsonl(self, body: str = ...) -> bytes | None: ...
     def events(self) -> list[Event] | None: ...

@@ -90,6 +90,9 @@ class Frame(Event):
     resync: bool = False  # decoded after the stream was resynchronised (mid-stream start, gap, garbage)
     problem: str | None = None  # a decode problem; the frame is still reported
     payload: bytes | None = field(default=None, metadata=_HIDDEN, repr=False)  # body frames only
+    # AMQPS: the TLS record the frame completed in, (version, suite, record's position among the
+    # records of its direction from 0, as Wireshark lists them); for renderers (decode -V)
+    tls: tuple[str, str, int] | None = field(default=None, metadata=_HIDDEN, repr=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

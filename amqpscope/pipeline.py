@@ -41,6 +41,8 @@ class Options:
     tls_keylog: str = field(default="", repr=False)  # NSS key log text (--tls-keylog); never shown
     validate: bool = False  # inline findings from the core's validator after the events they concern
     ledger: bool = False  # also emit the core's ledger events (stats, report, Parquet read them)
+    # live runs: key log files read as they grow (sniff --tls-keylog), instead of tls_keylog's text
+    tls_follow: tuple[str, ...] = ()
 
 
 def read_keylogs(keylog: str | Path | Iterable[str | Path] | None) -> str:
@@ -216,6 +218,7 @@ def decode_packets(
         options.tls_keylog or None,
         _validation(codec, options),
         options.ledger,
+        list(options.tls_follow),
     )
     return chain.from_iterable(_engine_batches(engine, iter(packets), stats))
 

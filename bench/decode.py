@@ -30,8 +30,19 @@ show that memory does not grow with the capture's size. Ratios above 1 mean amqp
 * validate, stats: ``amqpscope validate -T jsonl FILE`` and ``amqpscope stats --format json FILE`` on the
   same capture, shown against the decode with validation
 
+
+AMQPS (``--tls FILE``): the same workload recorded over TLS 1.3 with AES-128-GCM
+(``python bench/record_large.py --tls``: bench/data/large-tls13.pcap and its key log
+large-tls13.keys) against the plaintext recording (``--plain FILE``, default bench/data/large.pcap),
+in one run: ``amqpscope decode --format jsonl --no-validate --tls-keylog KEYS`` of the TLS capture,
+the same without TLS of the plaintext one, and tshark decrypting and decoding the TLS capture
+(``-o tls.keylog_file:KEYS -d tcp.port==PORT,tls -d tls.port==PORT,amqp -Y amqp -T fields -e
+amqp.method.method``). Targets (issue #21): TLS decode ≤ 1.5× the plaintext decode's time and ≤ 0.25×
+tshark's.
+
 Usage: python bench/decode.py [FILE ...] [--repeat N] [--half]
                               [--skip validate,commands,tshark,dpkt,dpkt-count,framewalk]
+       python bench/decode.py --tls bench/data/large-tls13.pcap [--plain bench/data/large.pcap] [--repeat N]
 """
 
 from __future__ import annotations
@@ -117,9 +128,9 @@ def half_capture(path: Path) -> Path:
     return dst
 
 
-def our_count(path: Path, port: int) -> int:
+def our_count(path: Path, port: int, extra: tuple[str, ...] = ()) -> int:
     """Frames in our JSONL output (an untimed run, counted line by line)."""
-    cmd = [AMQPSCOPE, "decode", "--format", "jsonl", "--port", str(port), str(path)]
+    cmd = [AMQPSCOPE, "decode", "--format", "jsonl", "--no-validate", "--port", str(port), *extra, str(path)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE)
     assert proc.stdout is not None
     n = sum(1 for line in proc.stdout if line.startswith(b'{"kind":"frame"'))
@@ -244,6 +255,70 @@ def bench_capture(path: Path, args: argparse.Namespace, skip: set[str], floor: s
     print(f"\nload average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
+def tls_server_port(path: Path) -> int:
+    """The port the first SYN (without ACK) went to: the broker's TLS listener."""
+    for seg in itertools.islice(segments(path), 100_000):
+        if seg.flags & 0x12 == 0x02:
+            return seg.dst[1]
+    raise SystemExit(f"{path}: no SYN in the first 100000 packets")
+
+
+def tshark_methods(out: str) -> int:
+    return sum(len(line.split(b",")) for line in Path(out).read_bytes().splitlines() if line.strip())
+
+
+def bench_tls(path: Path, plain: Path, keys: Path, args: argparse.Namespace) -> None:
+    """TLS decode against the plaintext decode of the same workload and against tshark's decryption."""
+    port, plain_port = tls_server_port(path), server_port(plain)
+    size, plain_size = path.stat().st_size, plain.stat().st_size
+    print(f"\n=== AMQPS: {path} ({size / 2**20:.1f} MiB, TLS port {port}, key log {keys}) against {plain} "
+          f"({plain_size / 2**20:.1f} MiB), best of {args.repeat} runs each")  # fmt: skip
+    print(f"machine: {os.cpu_count()} CPUs, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at start")
+    truth = count_amqp_frames(plain)
+    print(f"independent count of the plaintext recording: {truth['frames']} AMQP frames")
+    tls_cmd = [AMQPSCOPE, "decode", "--format", "jsonl", "--no-validate", "--tls-keylog", str(keys), str(path)]
+    plain_cmd = [AMQPSCOPE, "decode", "--format", "jsonl", "--no-validate", "--port", str(plain_port), str(plain)]
+    tshark_cmd = ["tshark", "-r", str(path), "-o", f"tls.keylog_file:{keys}", "-d", f"tcp.port=={port},tls", "-d",
+                  f"tls.port=={port},amqp", "-Y", "amqp", "-T", "fields", "-e", "amqp.method.method"]  # fmt: skip
+    fd, tshark_out = tempfile.mkstemp(suffix=".txt")
+    os.close(fd)
+    plan = [("amqpscope TLS 1.3", f"amqpscope decode --format jsonl --no-validate --tls-keylog {keys.name} FILE",
+             tls_cmd, os.devnull, size),
+            ("amqpscope plaintext", "amqpscope decode --format jsonl --no-validate PLAIN", plain_cmd, os.devnull,
+             plain_size)]  # fmt: skip
+    if "tshark" not in args.skip:
+        plan.append(("tshark TLS 1.3", " ".join(tshark_cmd[:-4]) + " ... -e amqp.method.method > OUT", tshark_cmd,
+                     tshark_out, size))  # fmt: skip
+    results = interleaved([(cmd, out) for _n, _l, cmd, out, _s in plan], args.repeat)
+    ours_tls = our_count(path, port, ("--tls-keylog", str(keys)))
+    seen = {"amqpscope TLS 1.3": f"{ours_tls} frames (plaintext recording: {truth['frames']})",
+            "amqpscope plaintext": f"{our_count(plain, plain_port)} of {truth['frames']} frames"}  # fmt: skip
+    if "tshark" not in args.skip:
+        seen["tshark TLS 1.3"] = f"{tshark_methods(tshark_out)} method frames"
+    Path(tshark_out).unlink()
+    print()
+    print(f"{'tool':<22} {'best s':>8} {'CPU s':>7} {'MB/s/core':>10} {'peak RSS':>10}  {'runs (s)':<20} frames seen")
+    walls: dict[str, float] = {}
+    cpus: dict[str, float] = {}
+    for (name, _line, cmd, _out, nbytes), (wall, peak, times) in zip(plan, results, strict=True):
+        walls[name], cpus[name] = wall, CPU[tuple(cmd)]
+        print(f"{name:<22} {wall:>8.2f} {cpus[name]:>7.2f} {nbytes / 1e6 / cpus[name]:>10.1f} {peak / 1024:>7.1f} MiB  "
+              f"{' '.join(f'{w:.2f}' for w in times):<20} {seen[name]}")  # fmt: skip
+    print()
+    tls, plain_name = "amqpscope TLS 1.3", "amqpscope plaintext"
+    ratio = walls[tls] / walls[plain_name]
+    print(f"TLS / plaintext: wall {ratio:.2f}x, CPU {cpus[tls] / cpus[plain_name]:.2f}x "
+          f"(target <= 1.5x: {'met' if ratio <= 1.5 else 'NOT met'})")  # fmt: skip
+    if "tshark" not in args.skip:
+        ratio = walls[tls] / walls["tshark TLS 1.3"]
+        print(f"TLS / tshark:    wall {ratio:.3f}x, CPU {cpus[tls] / cpus['tshark TLS 1.3']:.3f}x "
+              f"(target <= 0.25x: {'met' if ratio <= 0.25 else 'NOT met'})")  # fmt: skip
+    print()
+    for name, line, *_ in plan:
+        print(f"  {name}: {line}")
+    print(f"\nload average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("captures", nargs="*", type=Path, default=[ROOT / "bench" / "data" / "large.pcap"])
@@ -251,8 +326,22 @@ def main() -> int:
     ap.add_argument("--half", action="store_true", help="also measure the first half of each capture")
     ap.add_argument("--skip", default="",
                     help="comma-separated: validate, commands, tshark, dpkt, dpkt-count, framewalk")  # fmt: skip
+    ap.add_argument("--tls", type=Path, default=None, metavar="FILE",
+                    help="AMQPS recording (record_large.py --tls); its key log FILE.keys beside it")  # fmt: skip
+    ap.add_argument("--tls-keylog", type=Path, default=None, metavar="KEYS", help="the --tls capture's key log")
+    ap.add_argument("--plain", type=Path, default=ROOT / "bench" / "data" / "large.pcap", metavar="FILE",
+                    help="the same workload in plaintext, for --tls (default bench/data/large.pcap)")  # fmt: skip
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
+    args.skip = skip
+    if args.tls is not None:
+        keys = args.tls_keylog or args.tls.with_suffix(".keys")
+        for path in (args.tls, keys, args.plain):
+            if not path.exists():
+                raise SystemExit(f"{path} not found: run bench/record_large.py (--tls) first")
+        bench_tls(args.tls, args.plain, keys, args)
+        if args.captures == ap.get_default("captures"):
+            return 0
     for path in args.captures:
         if not path.exists():
             raise SystemExit(f"{path} not found: run bench/record_large.py first")

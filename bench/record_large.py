@@ -9,7 +9,11 @@ then, at the same time:
 * one consumer process (basic.qos prefetch, basic.consume, manual ``basic.ack`` with
   multiple=1 every ``--ack-every`` deliveries).
 
-Usage: sudo python3 bench/record_large.py [--messages 300000] [--publishers 2] [--out FILE] [--mtu 1500]
+``--tls``: the same workload over TLS 1.3 with TLS_AES_128_GCM_SHA256, forced by the broker (its
+``ssl_options`` allow only that version and suite); every client process writes its secrets to the
+NSS key log ``OUT.keys`` (``SSLContext.keylog_filename``), default ``bench/data/large-tls13.pcap``.
+
+Usage: sudo python3 bench/record_large.py [--messages 300000] [--publishers 2] [--out FILE] [--mtu 1500] [--tls]
 Prints a JSON summary (sizes, packet and frame counts, timings).
 """
 
@@ -18,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import ssl
 import subprocess
 import sys
 import time
@@ -35,9 +40,18 @@ from amqpscope.testing.sniffer import LoopbackRecorder, count_amqp_frames  # noq
 
 QUEUE = "amqpscope.bench"
 HOST = "127.0.0.1"
+TLS_SUITE = "TLS_AES_128_GCM_SHA256"
+
+Tls = tuple[str, str] | None
+"""(CA file, key log file) of a TLS run; None in plaintext."""
 
 
-def _params(port: int, name: str) -> pika.ConnectionParameters:
+def _params(port: int, name: str, tls: Tls = None) -> pika.ConnectionParameters:
+    extra: dict[str, Any] = {}
+    if tls is not None:
+        ctx = ssl.create_default_context(cafile=tls[0])
+        ctx.keylog_filename = tls[1]  # each process appends its own connection's secrets
+        extra["ssl_options"] = pika.SSLOptions(ctx, server_hostname="localhost")
     return pika.ConnectionParameters(
         host=HOST,
         port=port,
@@ -45,10 +59,11 @@ def _params(port: int, name: str) -> pika.ConnectionParameters:
         heartbeat=0,
         connection_attempts=1,
         client_properties={"connection_name": name},
+        **extra,
     )
 
 
-def publisher(port: int, index: int, count: int, window: int, result: Any) -> None:
+def publisher(port: int, index: int, count: int, window: int, result: Any, tls: Tls = None) -> None:
     """Publish ``count`` messages with confirms, at most ``window`` unconfirmed."""
     props = pika.BasicProperties(content_type="application/json", delivery_mode=1)
     state = {"sent": 0, "confirmed": 0, "nacked": 0, "multiple": 0}
@@ -80,7 +95,7 @@ def publisher(port: int, index: int, count: int, window: int, result: Any) -> No
         ch.confirm_delivery(on_confirm, callback=lambda _f: ch.queue_declare(QUEUE, callback=lambda _f2: pump()))
 
     conn = pika.SelectConnection(
-        _params(port, f"bench-publisher-{index}"),
+        _params(port, f"bench-publisher-{index}", tls),
         on_open_callback=lambda c: c.channel(on_open_callback=on_channel),
         on_open_error_callback=lambda _c, err: conn.ioloop.stop(),
         on_close_callback=lambda *_a: conn.ioloop.stop(),
@@ -89,7 +104,7 @@ def publisher(port: int, index: int, count: int, window: int, result: Any) -> No
     result.put(("publisher", index, state))
 
 
-def consumer(port: int, total: int, prefetch: int, ack_every: int, ready: Any, result: Any) -> None:
+def consumer(port: int, total: int, prefetch: int, ack_every: int, ready: Any, result: Any, tls: Tls = None) -> None:
     """Consume ``total`` messages, acking with multiple=1 every ``ack_every``."""
     state: dict[str, Any] = {"received": 0, "acks": 0}
     chans: list[Any] = []
@@ -116,7 +131,7 @@ def consumer(port: int, total: int, prefetch: int, ack_every: int, ready: Any, r
         ch.queue_declare(QUEUE, callback=on_declared)
 
     conn = pika.SelectConnection(
-        _params(port, "bench-consumer"),
+        _params(port, "bench-consumer", tls),
         on_open_callback=lambda c: c.channel(on_open_callback=on_channel),
         on_open_error_callback=lambda _c, err: conn.ioloop.stop(),
         on_close_callback=lambda *_a: conn.ioloop.stop(),
@@ -144,11 +159,16 @@ def main() -> int:
     ap.add_argument("--window", type=int, default=2000, help="unconfirmed publishes in flight per publisher")
     ap.add_argument("--prefetch", type=int, default=2000)
     ap.add_argument("--ack-every", type=int, default=250)
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "data" / "large.pcap")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="capture file (default bench/data/large.pcap, large-tls13.pcap with --tls)")
+    ap.add_argument("--tls", action="store_true", help=f"over TLS 1.3 ({TLS_SUITE}, forced by the broker); "
+                    "the key log is written to OUT.keys")  # fmt: skip
     ap.add_argument("--no-count", action="store_true", help="skip the AMQP frame count")
     ap.add_argument("--mtu", type=int, default=None,
                     help="loopback MTU while recording (1500: Ethernet-sized segments, reordering); restored after")
     args = ap.parse_args()
+    if args.out is None:
+        args.out = ROOT / "bench" / "data" / ("large-tls13.pcap" if args.tls else "large.pcap")
     if args.mtu is None:
         return record(args)
     before = Path("/sys/class/net/lo/mtu").read_text().strip()
@@ -171,21 +191,28 @@ def record(args: argparse.Namespace) -> int:
     ctx = mp.get_context("fork")
     result: Any = ctx.Queue()
     summary: dict[str, Any] = {"messages": args.messages, "publishers": args.publishers}
-    with PrivateBroker() as broker:
+    keys = args.out.with_name(args.out.name.removesuffix(".pcap") + ".keys")
+    with PrivateBroker(tls=args.tls, tls_versions=("tlsv1.3",), tls_ciphers=(TLS_SUITE,)) as broker:
+        port = broker.tls_port if args.tls else broker.port
+        tls: Tls = None
+        if args.tls:
+            keys.unlink(missing_ok=True)
+            tls = (str(broker.ca_file), str(keys))
+            summary["keylog"] = str(keys)
         summary["broker_startup_s"] = round(broker.startup_seconds, 2)
-        summary["port"] = broker.port
+        summary["port"] = port
         t0 = time.monotonic()
-        with LoopbackRecorder(args.out, broker.port, buffer_kib=262144) as rec:
+        with LoopbackRecorder(args.out, port, buffer_kib=262144) as rec:
             ready = ctx.Event()
             cons = ctx.Process(
-                target=consumer, args=(broker.port, args.messages, args.prefetch, args.ack_every, ready, result)
+                target=consumer, args=(port, args.messages, args.prefetch, args.ack_every, ready, result, tls)
             )
             cons.start()
             if not ready.wait(30):
                 cons.terminate()
                 raise SystemExit("consumer did not start")
             pubs = [
-                ctx.Process(target=publisher, args=(broker.port, i, n, args.window, result)) for i, n in enumerate(per)
+                ctx.Process(target=publisher, args=(port, i, n, args.window, result, tls)) for i, n in enumerate(per)
             ]
             for p in pubs:
                 p.start()
@@ -204,7 +231,7 @@ def record(args: argparse.Namespace) -> int:
     summary["file"] = str(args.out)
     summary["size_bytes"] = args.out.stat().st_size
     summary["packets"] = packet_count(args.out)
-    if not args.no_count:
+    if not args.no_count and not args.tls:  # the independent count reads plaintext only
         t1 = time.monotonic()
         frames = count_amqp_frames(args.out)
         summary["count_s"] = round(time.monotonic() - t1, 2)

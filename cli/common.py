@@ -87,8 +87,21 @@ def load_codec(spec: str | None) -> Codec:
         fail(str(exc))
 
 
-def options_from(ports: tuple[int, ...], show_credentials: bool, keep_bodies: bool = True) -> Options:
-    return Options(ports=frozenset({5672, *ports}), show_credentials=show_credentials, keep_bodies=keep_bodies,
+def options_from(ports: tuple[int, ...], show_credentials: bool, keep_bodies: bool = True,
+                 follow_keylogs: bool = False) -> Options:  # fmt: skip
+    """The decode options of the running command. ``follow_keylogs`` (live runs): the
+    ``--tls-keylog`` files are read by the core as they grow, and may not exist yet."""
+    ports_ = frozenset({5672, *ports})
+    if follow_keylogs:
+        files = tls_keylog_files()
+        for f in files:
+            if os.path.isdir(f):
+                fail(f"cannot read TLS key log: {f}: is a directory")
+            if not os.path.exists(f):
+                warn(f"TLS key log {f} does not exist yet: read once it appears")
+        return Options(ports=ports_, show_credentials=show_credentials, keep_bodies=keep_bodies,
+                       tls_follow=tuple(os.path.abspath(f) for f in files))  # fmt: skip
+    return Options(ports=ports_, show_credentials=show_credentials, keep_bodies=keep_bodies,
                    tls_keylog=tls_keylog_text())  # fmt: skip
 
 

@@ -18,7 +18,16 @@ from amqpscope.output.console import ConsoleWriter
 from amqpscope.output.records import record
 from amqpscope.output.writers import WRITERS, JsonlWriter, Writer
 
-from .common import CaptureRun, fail, input_options, load_codec, options_from, run_guarded, validate_with
+from .common import (
+    CaptureRun,
+    fail,
+    input_options,
+    load_codec,
+    options_from,
+    run_guarded,
+    tls_keylog_text,
+    validate_with,
+)
 
 FORMATS = ["auto", "rich", "jsonl", "json", "csv", "table", "parquet"]
 
@@ -155,7 +164,8 @@ def _parquet(files: tuple[str, ...], out: str | None, fmt: str, spec: str | None
 
     load_codec(spec)  # a bad spec is one line before anything is written
     try:
-        result = write_tables(files, out, spec=spec, ports=frozenset({5672, *ports}), validate=validate)
+        result = write_tables(files, out, spec=spec, ports=frozenset({5672, *ports}), validate=validate,
+                              tls_keylog=tls_keylog_text())  # fmt: skip
     except (InputError, JobError) as exc:
         fail(str(exc))
     for line in summary(result):

@@ -8,6 +8,7 @@ from amqpscope import __version__
 
 from .batch import batch
 from .decode import decode
+from .diagnose import diagnose
 from .flow import flow
 from .report import report
 from .sniff import sniff
@@ -23,6 +24,7 @@ def cli() -> None:
 
 
 cli.add_command(decode)
+cli.add_command(diagnose)
 cli.add_command(batch)
 cli.add_command(spec)
 cli.add_command(stats)

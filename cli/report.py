@@ -2,14 +2,52 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from typing import Any
 
 import click
 
+from amqpscope.analysis.flow import Ladder, build
 from amqpscope.analysis.html import render_html
+from amqpscope.capture import CaptureError
+from amqpscope.events import Event
+from amqpscope.pipeline import decode_batches
 
-from .common import input_options, run_guarded
+from .common import CaptureRun, input_options, run_guarded
+from .diagnose import threshold_options, thresholds_from
 from .stats import no_validate_option, open_output, run_analysis
+
+LADDER_STEPS = 400  # steps drawn per diagnosed connection
+LADDER_EVENTS = 50_000  # events of one diagnosed connection kept to draw it
+
+
+def diagnosed_ladders(files: tuple[str, ...], capture: CaptureRun, offsets: list[int],
+                      report: dict[str, Any]) -> dict[int, Ladder]:  # fmt: skip
+    """The ladders of the connections a cause names, from a second pass over their files (the
+    first pass keeps no frames: only once it ends is it known which connections matter)."""
+    wanted: dict[int, set[int]] = {}  # file index → its own connection ids
+    for c in report["diagnosis"]["causes"]:
+        i = max(j for j, off in enumerate(offsets) if off <= c["conn"])
+        wanted.setdefault(i, set()).add(c["conn"] - offsets[i])
+    ladders: dict[int, Ladder] = {}
+    for i, conns in sorted(wanted.items()):
+        if i >= len(files) or files[i] == "-":
+            continue  # standard input cannot be read twice
+        kept: dict[int, list[Event]] = {c: [] for c in conns}
+        # the first pass already reported this file's capture error, if any: the events before it
+        # are all there is, and the error is not said twice
+        with contextlib.suppress(CaptureError):
+            for batch in decode_batches(files[i], capture.codec, capture.options):
+                for ev in batch:
+                    bucket = kept.get(ev.conn)
+                    if bucket is not None and len(bucket) < LADDER_EVENTS:
+                        bucket.append(ev)
+        for conn, evs in kept.items():
+            ladder = build(evs, conn, limit=LADDER_STEPS)
+            if ladder is not None:
+                ladders[conn + offsets[i]] = ladder
+    return ladders
 
 
 @click.command()
@@ -19,19 +57,23 @@ from .stats import no_validate_option, open_output, run_analysis
     "-o", "--output", type=click.Path(dir_okay=False, writable=True), required=True, help="The HTML file to write."
 )
 @no_validate_option
+@threshold_options
 def report(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], show_credentials: bool,
-           output: str, no_validate: bool) -> None:  # fmt: skip
+           output: str, no_validate: bool, **kw: Any) -> None:  # fmt: skip
     """Write an HTML report (no external resources) of capture FILES."""
 
     def run() -> int:
         with open_output(output) as fh:
-            analyzer, capture = run_analysis(files, spec, ports, show_credentials, not no_validate)
+            analyzer, capture = run_analysis(files, spec, ports, show_credentials, not no_validate,
+                                             thresholds_from(kw))  # fmt: skip
             if capture.error is not None and not analyzer.events:
                 fh.close()
                 os.unlink(output)  # nothing could be read: no empty page left behind
                 return capture.exit_code
             title = ", ".join("standard input" if f == "-" else os.path.basename(f) for f in files)
-            fh.write(render_html(analyzer, analyzer.report(), title))
+            report = analyzer.report()
+            ladders = diagnosed_ladders(files, capture, analyzer.diagnoser.file_offsets, report)
+            fh.write(render_html(analyzer, report, title, ladders))
         return capture.exit_code
 
     run_guarded(run)

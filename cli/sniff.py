@@ -27,6 +27,8 @@ from typing import Any
 
 import click
 
+from amqpscope.diagnose import Diagnoser, Diagnosis
+from amqpscope.diagnose.text import cause_lines
 from amqpscope.events import Connection, Finding, Frame, Ledger, Message
 from amqpscope.filter import compile_filter
 from amqpscope.helper import CaptureHelper, choose_helper, describe_exit
@@ -113,7 +115,7 @@ def _drop_parts(st: LiveStats) -> str:
 def summary_line(iface: str, seconds: float, st: LiveStats, counts: dict[str, int]) -> str:
     text = (f"{iface}: {seconds:.1f} s, {st.captured} packets captured, {st.delivered} decoded, "
             f"{counts['frames']} AMQP frames, {counts['messages']} messages, {counts['connections']} connections, "
-            f"{counts['findings']} findings; "
+            f"{counts['findings']} findings, {counts.get('causes', 0)} causes; "
             f"{st.dropped} dropped ({_drop_parts(st)})")  # fmt: skip
     if st.unprocessed:
         text += f"; {st.unprocessed} read but not decoded (stopped)"
@@ -161,7 +163,8 @@ class _LiveView:
             packets, c = self.packets(), self.counts
             self.console.print(
                 f"[bold]live[/] {(packets - p0) / dt:,.0f} packets/s, {(c['frames'] - f0) / dt:,.0f} frames/s; "
-                f"{c['connections']} connections, {c['messages']} messages, {c['findings']} findings; "
+                f"{c['connections']} connections, {c['messages']} messages, {c['findings']} findings, "
+                f"{c.get('causes', 0)} causes; "
                 f"{self.hidden} events not shown",
                 highlight=False,
             )
@@ -194,6 +197,9 @@ class _LiveView:
 @click.option("--body", type=click.Choice(["none", "preview", "full"]), default=None,
               help="Message bodies (default: preview on a terminal, none otherwise).")
 @click.option("--no-validate", is_flag=True, help="No inline findings (spec validation, as in decode).")
+@click.option("--diagnose", "diagnose_jsonl", is_flag=True,
+              help="With JSON lines, also write diagnosis records as connections end (Python then reads every "
+                   "event: below line rate). The rich view always shows causes.")  # fmt: skip
 @click.option("--analysis", "analysis_to", type=click.Path(dir_okay=False), default=None, metavar="FILE",
               help="Run the conversation analytics live and write their JSON report to FILE at the end.")
 @click.option("--idle-timeout", type=click.FloatRange(min=1), default=600.0, show_default=True, metavar="S",
@@ -207,15 +213,16 @@ class _LiveView:
                    "only).")
 def sniff(iface: str, bpf: str | None, spec: str | None, ports: tuple[int, ...], show_credentials: bool,
           count: int | None, duration: float | None, write_to: str | None, fmt: str, verbose: bool,
-          display_filter: str | None, body: str | None, no_validate: bool, analysis_to: str | None,
-          idle_timeout: float, buffer_mib: int | None, backend: str) -> None:  # fmt: skip
+          display_filter: str | None, body: str | None, no_validate: bool, diagnose_jsonl: bool,
+          analysis_to: str | None, idle_timeout: float, buffer_mib: int | None, backend: str) -> None:  # fmt: skip
     """Decode AMQP live on interface IFACE, captured by dumpcap or tcpdump (see docs/sniffing.md)."""
 
     def run() -> int:
         predicate = compile_filter(display_filter)
         codec = load_codec(spec)
         writer = make_writer(fmt, body, verbose)
-        options = options_from(ports, show_credentials, keep_bodies=writer.body != "none")
+        # a client writing SSLKEYLOGFILE appends as it connects: the key logs are followed
+        options = options_from(ports, show_credentials, keep_bodies=writer.body != "none", follow_keylogs=True)
         analyzer = None
         if analysis_to is not None:
             from amqpscope.analysis.stats import Analyzer
@@ -225,8 +232,12 @@ def sniff(iface: str, bpf: str | None, spec: str | None, ports: tuple[int, ...],
             analyzer = Analyzer(codec.spec, ledger_in_stream=True)
         if not no_validate:
             options = dataclasses.replace(options, validate=True)  # the same inline findings as decode
+        if analyzer is not None or predicate is not None or diagnose_jsonl or not isinstance(writer, JsonlWriter):
+            # Python events are made anyway (not the core's JSON-lines fast path): the ledger's
+            # records let causes such as consumer-stalled show live; they are not written
+            options = dataclasses.replace(options, ledger=True)
         job = _Job(iface, DEFAULT_FILTER if bpf is None else bpf, count, duration, write_to, writer, predicate,
-                   analyzer, codec, options, idle_timeout)  # fmt: skip
+                   analyzer, codec, options, idle_timeout, diagnose_jsonl)  # fmt: skip
         if backend in IN_PROCESS:
             code = job.in_process(backend, (buffer_mib or BUFFER_BYTES >> 20) << 20)
         else:
@@ -247,11 +258,34 @@ class _Job:
     """One sniff run: the capture, the decode loop and the summary."""
 
     def __init__(self, iface: str, bpf: str, count: int | None, duration: float | None, write_to: str | None,
-                 writer: Any, predicate: Any, analyzer: Any, codec: Any, options: Any, idle_timeout: float) -> None:
+                 writer: Any, predicate: Any, analyzer: Any, codec: Any, options: Any, idle_timeout: float,
+                 diagnose_jsonl: bool = False) -> None:  # fmt: skip
         self.iface, self.bpf, self.count, self.duration, self.write_to = iface, bpf, count, duration, write_to
         self.writer, self.predicate, self.analyzer = writer, predicate, analyzer
         self.codec, self.options, self.idle_timeout_ns = codec, options, int(idle_timeout * 1e9)
-        self.counts = {"frames": 0, "messages": 0, "connections": 0, "findings": 0}
+        self.counts = {"frames": 0, "messages": 0, "connections": 0, "findings": 0, "causes": 0}
+        # causes are shown as their connection ends; the JSON-lines fast path makes no Python events,
+        # so there they come only with --diagnose (which gives up the fast path)
+        self.diagnoser = Diagnoser()
+        self.diagnose_jsonl = diagnose_jsonl
+
+    def _causes(self, found: list[Diagnosis]) -> None:
+        """Show causes as they are diagnosed: records in the JSON lines, lines on the rich view."""
+        writer = self.writer
+        for d in found:
+            self.counts["causes"] += 1
+            rec = d.to_record()
+            if isinstance(writer, JsonlWriter):
+                writer.write(d, rec)  # type: ignore[arg-type]  # a record like any event's
+            elif getattr(writer, "console", None) is not None:
+                for line in cause_lines(self.counts["causes"], rec):
+                    writer.console.print(line, highlight=False)
+
+    def finish_causes(self) -> None:
+        """The causes of connections still open when the capture stops."""
+        self._causes(self.diagnoser.finish())
+        if isinstance(self.writer, JsonlWriter):
+            self.writer.flush()
 
     def _consume(self, events: Any, on_frame_limit: Any = None) -> None:
         """Count, analyse, filter and write events (an iterator of batches)."""
@@ -261,9 +295,12 @@ class _Job:
         view = None if is_jsonl or not hasattr(writer, "console") else _LiveView(writer, counts, self._packets)
         body = writer.body
         tight = is_jsonl and predicate is None and analyzer is None and body == "none"
+        diag = self.diagnoser.feed
         for batch in events:
             if tight:  # count, then the writer's own loop (as decode's validated path)
+                found: list[Diagnosis] = []
                 for ev in batch:
+                    found += diag(ev)
                     t = type(ev)
                     if t is Frame:
                         counts["frames"] += 1
@@ -273,12 +310,14 @@ class _Job:
                         counts["findings"] += 1
                     elif t is Connection and ev.state == "open":
                         counts["connections"] += 1
-                writer.write_all(batch)
+                writer.write_all([ev for ev in batch if type(ev) is not Ledger] if self.options.ledger else batch)
+                self._causes(found)
                 flush_out()
                 if count is not None and counts["frames"] >= count and on_frame_limit is not None:
                     on_frame_limit()
                 continue
             for ev in batch:
+                self._causes(diag(ev))
                 t = type(ev)
                 if t is Ledger:
                     if analyzer is not None:
@@ -338,7 +377,7 @@ class _Job:
             dec = _native.LiveDecoder(helper.pipe_path, self.codec.tables, _ports(self.options),
                                       self.options.show_credentials, self.options.keep_bodies, self.idle_timeout_ns,
                                       self.count, self.write_to, _validation(self.codec, self.options),
-                                      self.options.ledger)  # fmt: skip
+                                      self.options.ledger, list(self.options.tls_follow))  # fmt: skip
         except BaseException as exc:
             helper.close()
             if isinstance(exc, OSError):
@@ -360,6 +399,7 @@ class _Job:
                         self.writer.flush()
                 else:
                     self._consume(_until(live_batches(dec, run_stats), abandon))
+                    self.finish_causes()
             except BaseException as exc:  # reported by the main thread, after the cleanup
                 failure.append(exc)
 
@@ -411,7 +451,8 @@ class _Job:
 
     def _fast_path(self) -> bool:
         """JSON lines straight from the core: no Python object per event."""
-        return isinstance(self.writer, JsonlWriter) and self.predicate is None and self.analyzer is None
+        return (isinstance(self.writer, JsonlWriter) and self.predicate is None and self.analyzer is None
+                and not self.diagnose_jsonl)  # fmt: skip
 
     # --- in process (root) -----------------------------------------------------------------------------
 
@@ -435,6 +476,7 @@ class _Job:
             events = decode_packets(watch.packets(capture.packets()), self.codec, self.options, RunStats(),
                                     idle_timeout_ns=self.idle_timeout_ns)
             self._consume(([ev] for ev in events), lambda: capture.stop(abandon=True))
+            self.finish_causes()
         finally:
             stopper.restore()
             capture.close()

@@ -11,15 +11,17 @@ from rich.console import Console
 
 from amqpscope.analysis.stats import Analyzer
 from amqpscope.analysis.tables import render
+from amqpscope.diagnose import Diagnoser, Thresholds
 from amqpscope.output.records import dumps
 
 from .common import CaptureRun, fail, input_options, load_codec, options_from, run_guarded, validate_with
+from .diagnose import threshold_options, thresholds_from
 
 F = TypeVar("F", bound=Any)
 
 
 def run_analysis(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], show_credentials: bool,
-                 validate: bool = True) -> tuple[Analyzer, CaptureRun]:  # fmt: skip
+                 validate: bool = True, thresholds: Thresholds | None = None) -> tuple[Analyzer, CaptureRun]:  # fmt: skip
     """Decode FILES and feed every event to one Analyzer (bodies are hashed, not kept).
 
     With ``validate`` the core's findings come with the events, so they are counted by rule; the
@@ -28,6 +30,8 @@ def run_analysis(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...
     options = replace(options_from(ports, show_credentials, keep_bodies=False), ledger=True)
     capture = CaptureRun(files, codec, options)
     analyzer = Analyzer(codec.spec, ledger_in_stream=True)
+    if thresholds is not None:
+        analyzer.diagnoser = Diagnoser(thresholds)  # the diagnosis at the top: diagnose's options
     if validate:
         validate_with(capture)
     seen = 0
@@ -74,14 +78,16 @@ def no_validate_option(f: F) -> F:
     help="Write to FILE instead of standard output.",
 )
 @no_validate_option
+@threshold_options
 def stats(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], show_credentials: bool, fmt: str,
-          output: str | None, no_validate: bool) -> None:  # fmt: skip
+          output: str | None, no_validate: bool, **kw: Any) -> None:  # fmt: skip
     """Conversation analytics of capture FILES: methods, ledgers, latencies, heartbeats, audit."""
 
     def run() -> int:
         out = open_output(output) if output else sys.stdout
         try:
-            analyzer, capture = run_analysis(files, spec, ports, show_credentials, not no_validate)
+            analyzer, capture = run_analysis(files, spec, ports, show_credentials, not no_validate,
+                                             thresholds_from(kw))  # fmt: skip
             if capture.error is not None and not analyzer.events:
                 return capture.exit_code  # nothing could be read: the error is all there is to say
             report = analyzer.report()

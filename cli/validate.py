@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from amqpscope.diagnose import Diagnoser
 from amqpscope.events import Finding
 from amqpscope.output.records import dumps
 from amqpscope.validate.findings import RANK, SEVERITIES, at_or_above
@@ -27,11 +28,13 @@ class _Group:
     code: int | None
     count: int = 0
     first: list[tuple[str, Finding]] = field(default_factory=list)  # (file, finding), a few
+    quirk: str | None = None  # the broker-tolerance table's id: RabbitMQ accepts this deviation
 
 
-def _summary_line(counts: dict[str, int]) -> str:
+def _summary_line(counts: dict[str, int], quirks: int = 0) -> str:
     parts = [f"{counts[s]} {s}{'s' if counts[s] != 1 else ''}" for s in SEVERITIES if counts.get(s)]
-    return ", ".join(parts) if parts else "no findings"
+    line = ", ".join(parts) if parts else "no findings"
+    return line + (f" ({quirks} of them quirks RabbitMQ accepts)" if quirks else "")
 
 
 def _where(path: str, f: Finding, several: bool) -> str:
@@ -40,7 +43,8 @@ def _where(path: str, f: Finding, several: bool) -> str:
     return f"{loc}#{f.packet} conn {f.conn}{ch}"
 
 
-def _render(out: IO[str], groups: list[_Group], counts: dict[str, int], files: tuple[str, ...], first: int) -> None:
+def _render(out: IO[str], groups: list[_Group], counts: dict[str, int], files: tuple[str, ...], first: int,
+            quirks: int = 0) -> None:  # fmt: skip
     console = Console(file=out, highlight=False, emoji=False, width=None if out.isatty() else 160)
     several = len(files) > 1
     if not groups:
@@ -59,11 +63,12 @@ def _render(out: IO[str], groups: list[_Group], counts: dict[str, int], files: t
             if f.peer_reaction:
                 line += f"\n  [dim]↳ {escape(f.peer_reaction)}[/]"
             lines.append(line)
-        style = _STYLE.get(g.severity, "white")
-        table.add_row(f"[{style}]{g.severity}[/]", g.rule, "" if g.code is None else str(g.code), str(g.count),
+        style = _STYLE.get(g.severity, "white") if g.quirk is None else "dim"
+        label = g.severity if g.quirk is None else f"{g.severity}\n(quirk: {g.quirk})"
+        table.add_row(f"[{style}]{label}[/]", g.rule, "" if g.code is None else str(g.code), str(g.count),
                       "\n".join(lines))  # fmt: skip
     console.print(table)
-    console.print(f"[bold]{_summary_line(counts)}[/] in {len(files)} file{'s' if several else ''}")
+    console.print(f"[bold]{_summary_line(counts, quirks)}[/] in {len(files)} file{'s' if several else ''}")
 
 
 @click.command()
@@ -78,8 +83,10 @@ def _render(out: IO[str], groups: list[_Group], counts: dict[str, int], files: t
               help="Report only findings of this severity or a worse one.")
 @click.option("--first", type=click.IntRange(min=1), default=3, show_default=True,
               help="First occurrences shown per rule (rich report).")
+@click.option("--strict", is_flag=True, help="Show every finding as the spec judges it, without marking the "
+              "deviations RabbitMQ accepts as quirks.")  # fmt: skip
 def validate(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], show_credentials: bool, fmt: str,
-             fail_on: str, min_severity: str, first: int) -> None:  # fmt: skip
+             fail_on: str, min_severity: str, first: int, strict: bool) -> None:  # fmt: skip
     """Check AMQP in capture FILES against the spec: grammars, asserts, frame rules, semantic rules.
 
     Exit status: 0 no finding at or above --fail-on; 1 such findings exist; 2 usage or spec error;
@@ -92,28 +99,45 @@ def validate(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], s
         validate_with(capture)
         out = sys.stdout
         chosen = fmt if fmt != "auto" else ("rich" if out.isatty() else "jsonl")
-        groups: dict[tuple[str, str], _Group] = {}
+        groups: dict[tuple[str, str, str | None], _Group] = {}
         counts: dict[str, int] = {}
         failing = False
-        for ev in capture.events(kinds=("finding",)):
-            f: Finding = ev  # type: ignore[assignment]
+        quirks = 0
+        # the diagnoser knows what the broker accepts (one table, validate/findings.py) and the
+        # context some entries need (was a channel open when TCP ended): it reads the events the
+        # findings are about; --strict needs the findings alone
+        diag = None if strict else Diagnoser()
+        seen = 0
+        for ev in capture.events(kinds=("finding",) if strict else Diagnoser.READS):
+            if diag is not None:
+                if len(capture.stats) != seen:
+                    seen = len(capture.stats)
+                    diag.next_file(None)
+                diag.feed(ev)
+            if type(ev) is not Finding:
+                continue
+            f: Finding = ev
+            quirk = diag.quirk_of(f) if diag is not None else None
             if not at_or_above(f.severity, min_severity):
                 continue
             path = capture.stats[-1][0] if capture.stats else ""
             counts[f.severity] = counts.get(f.severity, 0) + 1
-            failing = failing or at_or_above(f.severity, fail_on)
+            quirks += quirk is not None
+            # a deviation the broker accepts does not fail a run (unless --strict)
+            failing = failing or (quirk is None and at_or_above(f.severity, fail_on))
             if chosen == "jsonl":
-                out.write(dumps({**f.to_record(), "file": path}) + "\n")
+                # "quirk": the tolerance table's id, null for a finding RabbitMQ does not accept
+                out.write(dumps({**f.to_record(), "quirk": quirk, "file": path}) + "\n")
                 continue
-            g = groups.get((f.rule, f.severity))
+            g = groups.get((f.rule, f.severity, quirk))
             if g is None:
-                g = groups[(f.rule, f.severity)] = _Group(f.rule, f.severity, f.code)
+                g = groups[(f.rule, f.severity, quirk)] = _Group(f.rule, f.severity, f.code, quirk=quirk)
             g.count += 1
             if len(g.first) < first:
                 g.first.append((path, f))
         if chosen == "rich":
-            ordered = sorted(groups.values(), key=lambda g: (RANK[g.severity], -g.count, g.rule))
-            _render(out, ordered, counts, files, first)
+            ordered = sorted(groups.values(), key=lambda g: (g.quirk is not None, RANK[g.severity], -g.count, g.rule))
+            _render(out, ordered, counts, files, first, quirks)
         if capture.exit_code:
             return capture.exit_code
         return EXIT_FINDINGS if failing else 0

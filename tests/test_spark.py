@@ -146,6 +146,7 @@ def test_decode_parquet_equals_the_spark_job(first_run: dict[str, Any], tmp_path
         parts = Counter((r["capture"], r["capture_date"], r["capture_id"]) for r in local[name])
         assert parts == Counter((r["capture"], r["capture_date"], r["capture_id"]) for r in spark[name]), name
     assert _plain(local["errors"]) == _plain(spark["errors"])
+    assert local["diagnoses"] and _plain(local["diagnoses"]) == _plain(spark["diagnoses"])
     split = {r["capture"] for r in spark["captures"] if r["slices"] > 1}
     assert split and {r["capture"] for r in local["captures"]} == {r["capture"] for r in spark["captures"]}
     keep = [r for r in spark["captures"] if r["capture"] not in split]

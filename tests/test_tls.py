@@ -75,11 +75,15 @@ def record(broker: PrivateBroker, tmp: Path, name: str, *args: str, suite13: str
 
 
 def ours(events: list[Event]) -> Counter[FrameKey]:
+    """The frames of the TLS connections. (Other test runs on this machine replay plain AMQP
+    captures on loopback ports found free, which may be the one recorded here.)"""
+
     def key(e: Frame) -> FrameKey:
         cls = e.class_id if e.type in ("method", "header") else None
         return (e.packet, e.type, e.channel or 0, cls, e.method_id if e.type == "method" else None)
 
-    return Counter(key(e) for e in events if isinstance(e, Frame))
+    tls = {e.conn for e in events if isinstance(e, Tls)}
+    return Counter(key(e) for e in events if isinstance(e, Frame) and e.conn in tls)
 
 
 def tshark_frames(cap: Path, keys: Path, port: int) -> Counter[FrameKey]:
@@ -116,16 +120,16 @@ def assert_session(events: list[Event], result: list[dict[str, int]], version: s
     assert len(tls) == len(result)
     for t in tls:
         assert (t.version, t.suite, t.decrypted, t.reason, t.records_failed) == (version, suite, True, None, 0)
-    closes = [c for c in of(events, Connection) if c.state == "close"]
+    closes = [c for c in of(events, Connection) if c.state == "close" and c.tls_version is not None]
     assert [(c.tls_version, c.tls_suite) for c in closes] == [(version, suite)] * len(result)
-    msgs = of(events, Message)
+    msgs = [m for m in of(events, Message) if m.conn in {t.conn for t in tls}]
     assert sum(m.method == "basic.publish" for m in msgs) == sum(r["published"] for r in result)
     assert sum(m.method == "basic.get-ok" for m in msgs) == sum(r["got"] for r in result)
     assert all(m.complete for m in msgs)
     assert any(m.body_size > 128 * 1024 for m in msgs)
-    frames = of(events, Frame)
+    frames = [f for f in of(events, Frame) if f.conn in {t.conn for t in tls}]
     assert any(f.method == "channel.close" and (f.args or {}).get("reply_code") == 404 for f in frames)
-    assert not of(events, Malformed) and not of(events, Gap)
+    assert not [e for e in [*of(events, Malformed), *of(events, Gap)] if e.conn in {t.conn for t in tls}]
 
 
 SUITES13 = ["TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256"]
@@ -216,7 +220,8 @@ def test_plain_and_tls_in_one_capture(tls_broker: PrivateBroker, tmp_path: Path)
         conn.channel().basic_publish("", "nowhere", b"plain")
         conn.close()
     events = decode(cap, keys)
-    closes = [c for c in of(events, Connection) if c.state == "close"]
+    # the two connections made here (other programs on this machine may use the plain port too)
+    closes = [c for c in of(events, Connection) if c.state == "close" and c.ended == "connection.close"]
     assert [c.tls_version for c in closes] == ["TLSv1.3", None]
     assert len(of(events, Tls)) == 1
     assert any(m.method == "basic.publish" and m.body_size == 5 for m in of(events, Message))
@@ -275,3 +280,97 @@ def test_secrets_never_in_any_output(tls_broker: PrivateBroker, tmp_path: Path) 
         tls_keylog=keys.read_text())))  # fmt: skip
     reprs = repr(list(decode(cap, keys)))
     assert secrets and not any(s.encode() in text or s in reprs for s in secrets)
+
+
+def _accounting(cap: Path, keys: Path | None) -> amqpscope.pipeline.StreamAccounting:
+    stats = amqpscope.pipeline.RunStats()
+    options = amqpscope.pipeline.Options(tls_keylog=amqpscope.pipeline.read_keylogs(keys))
+    for _ in amqpscope.pipeline.decode_source(cap, options=options, stats=stats):
+        pass
+    return stats.accounting
+
+
+@pytest.mark.parametrize("keyed", [True, False], ids=["keys", "no-key"])
+def test_tcp_gap_bytes_inside_tls_are_accounted(tls_broker: PrivateBroker, tmp_path: Path, keyed: bool) -> None:
+    cap, keys, _ = record(tls_broker, tmp_path, "gapacc", "--messages", "9")
+    key = keys if keyed else None
+    clean = _accounting(cap, key)
+    to_broker = [(i, seg) for i, seg in variants.data_packets(cap) if seg.dst[1] == tls_broker.tls_port]
+    # the client's largest segment in the middle of the session: a large body's record
+    middle = to_broker[len(to_broker) // 4 : 3 * len(to_broker) // 4]
+    target, seg = max(middle, key=lambda p: len(p[1].payload))
+    assert len(seg.payload) > 16 * 1024
+    cut = tmp_path / "gap.pcap"
+    variants.drop_packets(cap, cut, [target])
+    acc = _accounting(cut, key)
+    lost = len(seg.payload)
+    # the TCP bytes the capture lost are gap bytes; the TLS bytes are those captured
+    assert clean.gap_bytes == 0 and acc.gap_bytes == lost
+    assert acc.tls_bytes == clean.tls_bytes - lost
+    # what is left of records the gap cut into is never decrypted (none when it took whole ones):
+    # the bytes used can only shrink, by the lost bytes at least
+    used, clean_used = acc.tls_bytes - acc.tls_opaque_bytes, clean.tls_bytes - clean.tls_opaque_bytes
+    assert used <= clean_used and acc.tls_opaque_bytes >= clean.tls_opaque_bytes - lost
+    assert acc.balanced() and clean.balanced()
+    # decode --stats shows the same accounting
+    from click.testing import CliRunner
+
+    from cli.main import cli
+
+    args = ["decode", "--stats", "-T", "jsonl", "--no-progress", "--no-validate", str(cut)]
+    res = CliRunner().invoke(cli, [*args, *(["--tls-keylog", str(keys)] if keyed else [])])
+    assert res.exit_code == 0, res.stderr
+    last = json.loads(res.stdout.splitlines()[-1])
+    assert last["kind"] == "accounting"
+    assert (last["gap_bytes"], last["tls_bytes"], last["tls_opaque_bytes"]) == (lost, acc.tls_bytes,
+                                                                               acc.tls_opaque_bytes)  # fmt: skip
+    events = decode(cut, key)
+    (tls,) = of(events, Tls)
+    assert tls.bytes_c2s + tls.bytes_s2c == acc.tls_bytes
+    if keyed:
+        assert [g.size for g in of(events, Gap)] == [lost] and tls.records_lost >= 1
+        # the plaintext the lost records held is not in the AMQP stream: the frames around it are
+        assert acc.stream_bytes < clean.stream_bytes
+
+
+def tshark_records(cap: Path, keys: Path, port: int) -> dict[str, list[int]]:
+    """Per direction, the packet each TLS record completes in, in stream order (tshark's listing)."""
+    cmd = ["tshark", "-r", str(cap), "-o", f"tls.keylog_file:{keys}", "-d", f"tcp.port=={port},tls", "-Y", "tls",
+           "-T", "fields", "-E", "occurrence=a", "-E", "aggregator=,", "-e", "frame.number", "-e", "tcp.dstport",
+           "-e", "tls.record.length"]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=120)
+    got: dict[str, list[int]] = {"c2s": [], "s2c": []}
+    for line in out.stdout.splitlines():
+        number, dport, lengths = line.split("\t")
+        d = "c2s" if int(dport) == port else "s2c"
+        got[d] += [int(number)] * len(lengths.split(","))
+    return got
+
+
+def test_decode_verbose_shows_the_tls_record_of_each_frame(tls_broker: PrivateBroker, tmp_path: Path) -> None:
+    cap, keys, _ = record(tls_broker, tmp_path, "verbose", "--messages", "4")
+    events = decode(cap, keys)
+    frames, (tls,) = of(events, Frame), of(events, Tls)
+    records = tshark_records(cap, keys, tls_broker.tls_port)
+    assert frames and all(f.tls is not None for f in frames) and tls.version == "TLSv1.3"
+    for f in frames:
+        version, suite, index = f.tls
+        assert (version, suite) == (tls.version, tls.suite)
+        assert records[f.dir][index] == f.packet  # the record tshark lists at that place
+    # every record number of a direction at most once per frame run, in order
+    for d in ("c2s", "s2c"):
+        seq = [f.tls[2] for f in frames if f.dir == d]
+        assert seq == sorted(seq)
+    from click.testing import CliRunner
+
+    from cli.main import cli
+
+    res = CliRunner().invoke(cli, ["decode", "-V", "-T", "rich", "--no-progress", "--no-validate", "--tls-keylog",
+                                   str(keys), str(cap)], env={"COLUMNS": "200"})  # fmt: skip
+    assert res.exit_code == 0, res.stderr
+    shown = [ln for ln in res.stdout.splitlines() if f"tls: TLSv1.3 {tls.suite}, record " in ln]
+    assert len(shown) == len(frames)
+    first = frames[0]
+    assert f"record {first.tls[2]} of {first.dir}" in shown[0]
+    plain = CliRunner().invoke(cli, ["decode", "-V", "-T", "rich", "--no-progress", str(ROOT / "samples" / "hello.pcap")])
+    assert plain.exit_code == 0 and "tls:" not in plain.stdout

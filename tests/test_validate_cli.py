@@ -11,8 +11,8 @@ from amqpscope.testing.synth import Capture
 from cli.main import cli
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
-KEYS = {"kind", "rule", "severity", "code", "rabbitmq_code", "packet", "packets", "conn", "channel", "dir", "message", "peer_reaction",
-        "file", "ts"}  # fmt: skip
+KEYS = {"kind", "rule", "severity", "code", "rabbitmq_code", "packet", "packets", "conn", "channel", "dir", "message",
+        "peer_reaction", "quirk", "file", "ts"}  # fmt: skip
 
 
 def _run(*args: str) -> tuple[int, str, str]:
@@ -57,8 +57,11 @@ def test_jsonl_findings_and_exit_1(captures_dir: Path) -> None:
 def test_fail_on_and_min_severity() -> None:
     errors = str(SAMPLES / "errors.pcap")  # deviations only (RabbitMQ's handshake close, pika's missing close-ok)
     assert _run("validate", "-T", "jsonl", errors)[0] == 0
-    code, out, _ = _run("validate", "-T", "jsonl", "--fail-on", "deviation", errors)
+    code, out, _ = _run("validate", "-T", "jsonl", "--fail-on", "deviation", "--strict", errors)
     assert code == 1 and len(out.splitlines()) == 5  # 3 deviations and 2 warnings (reserved insist=1)
+    # all five are deviations RabbitMQ accepts: marked as quirks, they do not fail the default view
+    code, out, _ = _run("validate", "-T", "jsonl", "--fail-on", "deviation", errors)
+    assert code == 0 and all(json.loads(line)["quirk"] for line in out.splitlines())
     code, out, _ = _run("validate", "-T", "jsonl", "--min-severity", "violation", errors)
     assert (code, out) == (0, "")
 
@@ -69,7 +72,7 @@ def test_rich_report_groups_by_rule(captures_dir: Path) -> None:
     assert code == 1
     assert "channel.close.reply-code.assert-notnull" in out and "37" in out  # one row, counted
     assert out.count("channel.close.reply-code.assert-notnull") == 1
-    assert "1 violation, 40 deviations, 7 warnings in 2 files" in out
+    assert "1 violation, 40 deviations, 7 warnings (47 of them quirks RabbitMQ accepts) in 2 files" in out
     assert "s03_amqpstorm_tx.pcap:#86" in out  # the first occurrence, with its file
 
 
@@ -109,3 +112,24 @@ def test_decode_shows_findings_inline(captures_dir: Path) -> None:
     assert code == 0 and '"finding"' not in out
     code, out, _ = _run("decode", "-T", "rich", path)
     assert "VIOLATION tx.commit.transacted [406]" in out
+
+
+def test_quirks_are_marked_unless_strict(captures_dir: Path) -> None:
+    path = str(captures_dir / "s13_kombu_simple_queue.pcap")
+    code, out, _ = _run("validate", "-T", "jsonl", "--fail-on", "deviation", path)
+    recs = [json.loads(line) for line in out.splitlines()]
+    # kombu's empty reply texts and reply code 0 are deviations RabbitMQ accepts: marked, not failing
+    assert recs and {r["quirk"] for r in recs} == {"empty-reply-text", "reply-code-zero"}
+    assert code == 0
+    code, out, _ = _run("validate", "-T", "jsonl", "--fail-on", "deviation", "--strict", path)
+    strict = [json.loads(line) for line in out.splitlines()]
+    assert [r["rule"] for r in strict] == [r["rule"] for r in recs]
+    assert {r["quirk"] for r in strict} == {None} and code == 1
+    _, text, _ = _run("validate", "-T", "rich", path)
+    assert "quirk: empty-reply-text" in text and "4 of them quirks RabbitMQ accepts" in text
+
+
+def test_a_real_fault_is_no_quirk(captures_dir: Path) -> None:
+    _, out, _ = _run("validate", "-T", "jsonl", str(captures_dir / "s03_amqpstorm_tx.pcap"))
+    recs = {r["rule"]: r["quirk"] for r in map(json.loads, out.splitlines())}
+    assert recs["tx.commit.transacted"] is None and recs["field.reserved"] == "out-of-band-zero"

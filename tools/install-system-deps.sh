@@ -4,14 +4,15 @@
 #   tcpdump (loopback recording, fallback capture helper), tshark (oracle decoder),
 #   wireshark-common (dumpcap: sniff's capture helper), libcap2-bin (setcap/getcap: the
 #   unprivileged-user sniff test gives dumpcap its capabilities for a test group, then restores it),
-#   tcpreplay (tcpreplay/tcprewrite: the replay test and bench/live.py).
+#   tcpreplay (tcpreplay/tcprewrite: the replay test and bench/live.py),
+#   chromium (headless: the report page checked in a real browser, tests/test_diagnose_report.py).
 # Idempotent and quiet: does nothing when everything is already installed.
 # The system RabbitMQ service (and epmd) is never left running: amqpscope starts its
 # own private broker on other ports (25672+), so the packaged service is stopped and
 # disabled after installation. Works with or without systemd (containers).
 set -euo pipefail
 
-PKGS=(rabbitmq-server tcpdump tshark wireshark-common libcap2-bin tcpreplay)
+PKGS=(rabbitmq-server tcpdump tshark wireshark-common libcap2-bin tcpreplay chromium)
 
 missing=()
 for p in "${PKGS[@]}"; do

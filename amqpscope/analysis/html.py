@@ -13,6 +13,7 @@ import math
 from datetime import UTC, datetime
 from typing import Any
 
+from .flow import Ladder
 from .percentiles import Bucket, TimeSeries
 from .stats import Analyzer
 
@@ -30,10 +31,16 @@ table{border-collapse:collapse;margin:.5em 0;font-size:.85em}
 td,th{border:1px solid #ddd;padding:2px 6px;text-align:left;vertical-align:top}
 td{white-space:nowrap;max-width:36em;overflow:hidden;text-overflow:ellipsis}
 th{background:#f4f4f4}td.n{text-align:right;font-variant-numeric:tabular-nums}.muted{color:#777}
-svg{background:#fff;border:1px solid #eee;margin:.4em 0;display:block}
+svg{background:#fff;border:1px solid #eee;margin:.4em 0;display:block;max-width:100%;height:auto}
 .cards{display:flex;flex-wrap:wrap;gap:.6em}.card{border:1px solid #ddd;border-radius:4px;padding:.4em .8em}
 .card b{display:block;font-size:1.3em}.row{display:flex;flex-wrap:wrap;gap:2em;align-items:flex-start}
 .scroll{overflow-x:auto;max-width:100%}
+.row>div{min-width:0;max-width:100%}
+.cause{border-left:4px solid #999;padding:.2em .8em;margin:.6em 0}.cause p{margin:.2em 0}
+.cause.critical{border-color:#b00}.cause.error{border-color:#e33}.cause.warning{border-color:#d90}
+.cause.notice{border-color:#47a}.cause .sev{font-weight:bold;text-transform:uppercase;margin-right:.5em}
+table.ladder td{max-width:none}table.ladder td.msg{white-space:normal;min-width:18em}
+tr.proof td{background:#fff3c4}tr:target td{background:#ffd54a}
 """
 
 
@@ -92,7 +99,7 @@ def table(rows: list[dict[str, Any]], columns: list[str] | None = None, limit: i
 def kv(d: dict[str, Any], skip: tuple[str, ...] = ()) -> str:
     rows = "".join(f"<tr><th>{esc(k)}</th><td>{_cell(v)}</td></tr>" for k, v in d.items()
                    if k not in skip and not isinstance(v, list))  # fmt: skip
-    return f"<table>{rows}</table>"
+    return f"<div class=scroll><table>{rows}</table></div>"
 
 
 def cards(items: list[tuple[str, Any]]) -> str:
@@ -136,7 +143,8 @@ def line_plot(title: str, series: dict[str, list[tuple[float, float]]], unit: st
     def sy(y: float) -> float:
         return mt + ph * (1 - y / ymax)
 
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-size="11" '
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+           f'font-size="11" '
            f'font-family="sans-serif"><text x="{ml}" y="16" font-weight="bold">{esc(title)}</text>',
            f'<text x="{ml - 8}" y="{mt - 6}" text-anchor="end" fill="#555">{esc(unit)}</text>']  # fmt: skip
     for i in range(round(ymax / ystep) + 1):
@@ -265,7 +273,54 @@ AUDIT_COLUMNS = ["conn", "user", "password", "vhost", "mechanism", "outcome", "i
                  "client_version", "client_platform", "server_product", "server_version", "client", "server"]  # fmt: skip
 
 
-def render_html(a: Analyzer, report: dict[str, Any], title: str) -> str:
+def packet_anchor(conn: int, packet: int) -> str:
+    return f"c{conn}-p{packet}"
+
+
+def diagnosis_section(diagnosis: dict[str, Any], ladders: dict[int, Ladder], start: float) -> str:
+    """The causes first, each linked to its proving packets in its connection's ladder; the quirks;
+    then one ladder per diagnosed connection with the proving packets marked."""
+    causes, quirks = diagnosis["causes"], diagnosis["quirks"]
+    out = ["<h2 id=diagnosis>Diagnosis</h2>"]
+    if not causes:
+        out.append("<p><b>Nothing wrong</b>: no cause found" + (", only quirks the broker accepts" if quirks else "")
+                   + ".</p>")
+    for i, d in enumerate(causes, 1):
+        conn = d["conn"]
+        links = ", ".join(
+            f"<a href='#{packet_anchor(conn, p)}'>#{p}</a>" if conn in ladders else f"#{p}" for p in d["packets"][:30])
+        ch = "" if d["channel"] is None else f", channel {d['channel']}"
+        out.append(f"<div class='cause {esc(d['severity'])}' id=cause-{i}><p><span class=sev>{esc(d['severity'])}"
+                   f"</span><b>{esc(d['cause'])}</b> <span class=muted>connection {conn}{ch} · "
+                   f"{d['until'] - d['since']:.3f} s · {esc(d['impact'])}</span></p>"
+                   f"<p>{esc(d['summary'])}</p><p class=muted>broker: {esc(d['broker_action'])}</p>"
+                   f"<p>packets: {links}</p></div>")  # fmt: skip
+    if quirks:
+        out.append("<h3>Quirks (spec deviations the broker accepts)</h3>")
+        out.append(table([{k: q[k] for k in ("library", "quirk", "count", "connections", "summary", "broker_accepts")}
+                          for q in quirks]))  # fmt: skip
+    proof: dict[int, set[int]] = {}
+    for d in causes:
+        proof.setdefault(d["conn"], set()).update(d["packets"])
+    for conn, ladder in sorted(ladders.items()):
+        out.append(f"<h3 id=ladder-{conn}>Ladder of connection {conn}: {esc(ladder.client)} ⇄ {esc(ladder.server)}"
+                   "</h3>")
+        rows = []
+        for s in ladder.steps:
+            mark = " class=proof" if s.packet in proof.get(conn, ()) else ""
+            arrow = "→" if s.dir == "c2s" else "←" if s.dir == "s2c" else "·"
+            label = f"<b>{esc(s.label)}</b>" if s.alert else esc(s.label)
+            left, right = (label, "") if s.dir != "s2c" else ("", label)
+            rows.append(f"<tr id={packet_anchor(conn, s.packet)}{mark}><td class=n>#{s.packet}</td>"
+                        f"<td class=n>{s.ts - start:.6f}</td><td class=n>{s.channel}</td><td class=msg>{left}</td>"
+                        f"<td>{arrow}</td><td class=msg>{right}</td></tr>")  # fmt: skip
+        more = "<p class=muted>ladder cut at its first steps</p>" if ladder.truncated else ""
+        out.append("<div class=scroll><table class=ladder><tr><th>packet</th><th>s</th><th>ch</th><th>client</th>"
+                   f"<th></th><th>broker</th></tr>{''.join(rows)}</table></div>{more}")  # fmt: skip
+    return "\n".join(out)
+
+
+def render_html(a: Analyzer, report: dict[str, Any], title: str, ladders: dict[int, Ladder] | None = None) -> str:
     conf, dlv, tr, hb, sec = (report[k] for k in ("confirms", "deliveries", "tracing", "heartbeats", "security"))
     cap = report["capture"]
     shown_cap = dict(cap, start=_utc(cap["start"]), end=_utc(cap["end"]))
@@ -274,16 +329,20 @@ def render_html(a: Analyzer, report: dict[str, Any], title: str) -> str:
                 for k, v in report["rpc"].items()]  # fmt: skip
     named = lambda rows: table(rows, ["name", "count", "rate_per_s"])  # noqa: E731
     findings = sum(report["findings"].values())
+    diagnosis = report["diagnosis"]
     summary = cards([
+        ("causes", len(diagnosis["causes"])), ("quirks", sum(q["count"] for q in diagnosis["quirks"])),
         ("seconds", round(cap["duration_s"], 3)), ("connections", report["connections_total"]),
         ("channels", report["channels_opened"]), ("frames", cap["frames"]), ("publishes", conf["published"]),
         ("deliveries", dlv["delivered"]), ("unconfirmed at end", conf["outstanding"]),
-        ("unacked at end", dlv["outstanding"]),
+        # deliveries a close released were unacked too (a stalled consumer's, say): never "0 unacked"
+        ("unacked at end / released by a close", f"{dlv['outstanding']} / {dlv['released_at_close']}"),
         ("bad acks", dlv["unknown_tag"] + dlv["double_ack"] + dlv["wrong_channel"]), ("findings", findings),
     ])  # fmt: skip
     sections = [
         f"<h1>amqpscope report: {esc(title)}</h1>",
         summary,
+        diagnosis_section(diagnosis, ladders or {}, cap["start"] or 0.0),
         "<h2>Over time</h2>",
         *plots(a),
         "<h2>Capture</h2>",

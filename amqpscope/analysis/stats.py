@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import _native
+from ..diagnose import Diagnoser
 from ..dissect.codec import get_codec
 from ..dissect.spec import Spec
 from ..dissect.tables import to_json
@@ -105,6 +106,7 @@ class Analyzer:
         self.audit = SecurityAudit()
         self.channels = ChannelTable()
         self.flow = FlowControl()
+        self.diagnoser = Diagnoser()
         self.methods: dict[str, int] = {}
         self.frame_types: dict[str, int] = {}
         self.findings: dict[str, int] = {}
@@ -134,6 +136,7 @@ class Analyzer:
         """Start a new capture file: its connection ids follow on from this one's."""
         self._file += 1
         self._offset = self._max_conn + 1
+        self.diagnoser.next_file(None, self._offset)
 
     def feed_all(self, events: Iterable[Event]) -> Analyzer:
         for ev in events:
@@ -164,6 +167,7 @@ class Analyzer:
         return conn + self._offset if self._offset and conn >= 0 else conn
 
     def _ledger(self, ev: Ledger, conn: int) -> None:
+        self.diagnoser.feed(ev)
         entry = ev.entry
         if entry in DELIVERY_ENTRIES:
             self.deliveries.feed(ev, conn)
@@ -176,6 +180,7 @@ class Analyzer:
 
     def _event(self, ev: Event) -> None:
         self.events += 1
+        self.diagnoser.feed(ev)
         if ev.packet > self._last_packet:
             self._last_packet = ev.packet
         conn = ev.conn
@@ -283,6 +288,7 @@ class Analyzer:
         self.channels.finish(end)
         self.flow.finish(end)
         self.tracer.finish()
+        self.diagnoser.finish()
 
     @property
     def duration(self) -> float:
@@ -296,7 +302,11 @@ class Analyzer:
 
         d = self.duration
         rpc = self.rpc.result()
+        causes = self.diagnoser.result()
         return {
+            # first: what went wrong, ranked by impact (docs/diagnose.md), then the quirks
+            "diagnosis": {"nothing_wrong": not causes, "causes": [c.to_record() for c in causes],
+                          "quirks": [q.to_record() for q in self.diagnoser.quirk_list()]},
             "capture": {
                 "start": self.first_ts, "end": self.last_ts, "duration_s": round(d, 6), "events": self.events,
                 "frames": sum(self.frame_types.values()), "frame_types": dict(sorted(self.frame_types.items())),

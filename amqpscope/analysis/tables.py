@@ -7,6 +7,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from ..diagnose.text import render as render_diagnosis
+
 MAX_ROWS = 30  # rows per listing table on a terminal; the JSON report has them all (up to its cap)
 
 
@@ -53,6 +55,9 @@ def _listing(title: str, rows: list[dict[str, Any]], columns: list[tuple[str, st
 
 
 def render(report: dict[str, Any], console: Console) -> None:
+    diagnosis = report.get("diagnosis")
+    if diagnosis is not None:  # what went wrong comes first (docs/diagnose.md)
+        render_diagnosis(console, diagnosis["causes"], diagnosis["quirks"], title="Diagnosis")
     cap = report["capture"]
     console.print(_kv("Capture", [("duration", f"{cap['duration_s']} s"), ("frames", cap["frames"]),
                                   ("messages", cap["messages"]), ("body bytes", cap["body_bytes"]),

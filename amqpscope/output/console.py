@@ -87,6 +87,9 @@ def _tree(ev: Event) -> Tree | None:
             _add(tree, "arguments", ev.args)
         if ev.properties:
             _add(tree, "properties", ev.properties)
+        if ev.tls is not None:
+            version, suite, rec = ev.tls
+            tree.add(f"[dim]tls: {escape(version)} {escape(suite)}, record {rec} of {ev.dir}[/]")
     elif isinstance(ev, Message):
         _add(tree, "properties", ev.properties)
     elif isinstance(ev, Connection) and ev.state == "close":

@@ -26,15 +26,18 @@ from .worker import JobConfig, Slice, write_slice
 
 
 def write_tables(inputs: Sequence[str], out: str, spec: str | None = None, ports: frozenset[int] = frozenset({5672}),
-                 validate: bool = True, progress: Callable[[Capture], None] | None = None) -> JobResult:  # fmt: skip
+                 validate: bool = True, progress: Callable[[Capture], None] | None = None,
+                 tls_keylog: str = "") -> JobResult:  # fmt: skip
     """Decode every capture named by ``inputs`` (files, directories, globs) into the tables under
-    ``out`` (a local path, or a URI pyarrow.fs writes to). Damaged captures are ``errors`` rows."""
+    ``out`` (a local path, or a URI pyarrow.fs writes to). Damaged captures are ``errors`` rows.
+    ``tls_keylog``: NSS key log text for every capture (each pcapng's own Decryption Secrets
+    Block is used besides)."""
     started = time.perf_counter()
     captures = list_inputs(inputs)  # InputError for a missing input
     filesystem, root = open_output(out)
     _check_manifest(filesystem, root)
     filesystem.create_dir(root, recursive=True)
-    config = JobConfig(partitions=(), spec=spec, ports=ports, validate=validate)
+    config = JobConfig(partitions=(), spec=spec, ports=ports, validate=validate, tls_keylog=tls_keylog)
     result = JobResult(out=out, captures=len(captures), slices=len(captures), partitions=1)
     staging = f"{root}/_staging-{uuid.uuid4().hex[:12]}"
     try:

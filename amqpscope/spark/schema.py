@@ -36,7 +36,7 @@ from amqpscope.events import (
 )
 
 SCHEMA_VERSION = 3
-SCHEMA_FINGERPRINT = "6594a9faffe50427"  # of describe(); see module doc before changing
+SCHEMA_FINGERPRINT = "9a25532596f74c81"  # of describe(); see module doc before changing
 
 # Partition columns, last in every table: the capture's UTC day (of its first packet) and a stable
 # id of its URI. Rerunning the job over a capture overwrites exactly its partitions.
@@ -178,6 +178,35 @@ def _errors_table() -> Table:
     return Table("errors", pa.schema(fields, metadata=meta), ())
 
 
+def _diagnoses_table() -> Table:
+    """Not events: one row per cause ``diagnose`` reports (``amqpscope.diagnose.Diagnosis``), with
+    the fields of its JSON record; ``ts``/``time`` are when the cause began (``since``)."""
+    fields = [
+        *_CAPTURE,
+        pa.field("kind", pa.string(), nullable=False),  # "diagnosis"
+        pa.field("cause", pa.string(), nullable=False),
+        pa.field("severity", pa.string(), nullable=False),
+        pa.field("impact", pa.string(), nullable=False),
+        pa.field("conn", pa.int64(), nullable=False),
+        pa.field("client", pa.string()),
+        pa.field("product", pa.string()),
+        pa.field("connection_name", pa.string()),
+        pa.field("channel", pa.int64()),
+        pa.field("packets", pa.list_(pa.int64()), nullable=False),
+        pa.field("ts", pa.float64(), nullable=False),
+        pa.field("time", TIMESTAMP, nullable=False),
+        pa.field("since", pa.float64(), nullable=False),
+        pa.field("until", pa.float64(), nullable=False),
+        pa.field("duration_s", pa.float64(), nullable=False),
+        pa.field("summary", pa.string(), nullable=False),
+        pa.field("broker_action", pa.string(), nullable=False),
+        pa.field("details", MAP),  # values: strings as is, anything else as JSON
+        *_PARTS,
+    ]
+    meta = {b"amqpscope.table": b"diagnoses", b"amqpscope.schema_version": str(SCHEMA_VERSION).encode()}
+    return Table("diagnoses", pa.schema(fields, metadata=meta), ())
+
+
 def _captures_table() -> Table:
     """One row per decoded capture slice: the byte accounting plus what the task did."""
     base = _event_table("captures", (Accounting,))
@@ -200,6 +229,7 @@ TABLES: dict[str, Table] = {
         _event_table("messages", (Message,), promoted=True),
         _event_table("connections", (Connection, Tls)),
         _event_table("findings", (Finding,)),
+        _diagnoses_table(),
         _event_table("ledger", (Ledger,)),
         _errors_table(),
         _captures_table(),

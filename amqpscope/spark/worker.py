@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import hashlib
+import json
 import os
 import tempfile
 import time
@@ -29,6 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from amqpscope.capture import CaptureError, CaptureUnreadable, read_packets
+from amqpscope.diagnose import Diagnoser, Diagnosis
 from amqpscope.dissect.codec import Codec, get_codec
 from amqpscope.dissect.spec import DEFAULT_SPEC, bundled_spec_path
 from amqpscope.pipeline import Options, RunStats, open_decoder
@@ -257,9 +259,14 @@ def decode_capture(sl: Slice, config: JobConfig, constants: dict[str, str] | Non
     validate = config.validate and "findings" in config.tables
     wanted = [name for name in config.tables if name in CORE_TABLES or (name == "findings" and validate)]
     schemas = {name: file_schema(name) for name in wanted}
+    # diagnoses read Python events beside the batches: the findings and the ledger's records with
+    # the frames they concern (without validation: none, like findings)
+    diagnoser = Diagnoser() if "diagnoses" in config.tables and config.validate else None
+    diagnosed: list[Diagnosis] = []
     stats = RunStats()
     options = Options(ports=config.ports, show_credentials=False, keep_bodies=False, tls_keylog=config.tls_keylog,
-                      validate=validate, ledger="ledger" in wanted)  # fmt: skip
+                      validate=validate or diagnoser is not None,
+                      ledger="ledger" in wanted or diagnoser is not None)  # fmt: skip
     error: BaseException | None = None
     written = 0
     stream = None
@@ -269,11 +276,23 @@ def decode_capture(sl: Slice, config: JobConfig, constants: dict[str, str] | Non
         mine = _mine(sl, config)
         dec = open_decoder(stream, _codec(config.spec), options, select=flow_selector(mine))
         try:
-            while (batches := dec.arrow(schemas, constants, TABLE_OF_KIND, config.batch_rows)) is not None:
-                for name, obj in batches.items():
-                    batch = pa.record_batch(obj)
-                    written += batch.num_rows
-                    yield name, batch
+            if diagnoser is None:
+                while (batches := dec.arrow(schemas, constants, TABLE_OF_KIND, config.batch_rows)) is not None:
+                    for name, obj in batches.items():
+                        batch = pa.record_batch(obj)
+                        written += batch.num_rows
+                        yield name, batch
+            else:
+                reads = Diagnoser.READS
+                while (got := dec.arrow_events(schemas, constants, TABLE_OF_KIND, reads, config.batch_rows)) is not None:
+                    batches, events = got
+                    for name, obj in batches.items():
+                        batch = pa.record_batch(obj)
+                        written += batch.num_rows
+                        yield name, batch
+                    for ev in events:
+                        diagnosed += diagnoser.feed(ev)
+                diagnosed += diagnoser.finish()
         finally:
             stats.update(dec.stats())
     except OSError as exc:  # opening failed (local open or a remote filesystem)
@@ -283,6 +302,9 @@ def decode_capture(sl: Slice, config: JobConfig, constants: dict[str, str] | Non
     finally:
         if stream is not None:
             stream.close()
+    if diagnosed:
+        written += len(diagnosed)
+        yield "diagnoses", records_batch(file_schema("diagnoses"), [diagnosis_row(d) for d in diagnosed], constants)
     if error is not None and "errors" in config.tables and _reports(error, sl):
         code = error.exit_code if isinstance(error, CaptureError) else EXIT_INTERNAL
         message = str(error) if isinstance(error, CaptureError) else f"{type(error).__name__}: {error}"
@@ -294,6 +316,14 @@ def decode_capture(sl: Slice, config: JobConfig, constants: dict[str, str] | Non
         acc.update(slice=sl.index, slices=sl.count, size=sl.size, rows=written,
                    seconds=time.perf_counter() - started, ok=error is None)  # fmt: skip
         yield "captures", records_batch(file_schema("captures"), [acc], constants)
+
+
+def diagnosis_row(d: Diagnosis) -> dict[str, Any]:
+    """A ``diagnoses`` row: the diagnosis record, ``ts`` its start, details as a string map."""
+    rec = d.to_record()
+    rec["ts"] = d.since
+    rec["details"] = [(k, v if isinstance(v, str) else json.dumps(v, default=str)) for k, v in d.details.items()]
+    return rec
 
 
 def _reports(error: BaseException, sl: Slice) -> bool:

@@ -35,11 +35,16 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from amqpscope.testing.tlscerts import Certificates
 
 RABBITMQ_BIN = Path(os.environ.get("AMQPSCOPE_RABBITMQ_BIN", "/usr/lib/rabbitmq/bin"))
 """Directory of the real RabbitMQ scripts.
@@ -167,6 +172,7 @@ class PrivateBroker:
         tls: bool = False,
         tls_versions: tuple[str, ...] = ("tlsv1.3", "tlsv1.2"),
         tls_ciphers: tuple[str, ...] = (),
+        tls_session_tickets: bool = False,
     ) -> None:
         self._requested_port = port
         self._port_base = port_base
@@ -187,6 +193,7 @@ class PrivateBroker:
         self.tls = tls
         self.tls_versions = tls_versions
         self.tls_ciphers = tls_ciphers  # OpenSSL/IANA names; forces the suite on the broker's side
+        self.tls_session_tickets = tls_session_tickets  # TLS 1.3 stateless tickets: resumption (PSK)
         self.tls_port = 0
         self.ca_file: Path | None = None  # the harness's CA, for clients to verify the broker
 
@@ -385,6 +392,11 @@ class PrivateBroker:
 
         certs = make_certificates(base / "tls")
         self.ca_file = certs.ca
+        if self.tls_session_tickets:
+            # rabbitmq.conf has no key for session tickets; advanced.config replaces ssl_options
+            # as a whole, so all of them go there
+            self._advanced_ssl_options(base, certs)
+            return [f"listeners.ssl.1 = 127.0.0.1:{self.tls_port}"]
         lines = [
             f"listeners.ssl.1 = 127.0.0.1:{self.tls_port}",
             f"ssl_options.cacertfile = {certs.ca}",
@@ -397,6 +409,18 @@ class PrivateBroker:
         lines += [f"ssl_options.versions.{i} = {v}" for i, v in enumerate(self.tls_versions, 1)]
         lines += [f"ssl_options.ciphers.{i} = {c}" for i, c in enumerate(self.tls_ciphers, 1)]
         return lines
+
+    def _advanced_ssl_options(self, base: Path, certs: Certificates) -> None:
+        def s(text: object) -> str:
+            return json.dumps(str(text))  # an Erlang string: the same quoting for these paths
+
+        opts = [f"{{cacertfile, {s(certs.ca)}}}", f"{{certfile, {s(certs.cert)}}}", f"{{keyfile, {s(certs.key)}}}",
+                "{verify, verify_none}", "{fail_if_no_peer_cert, false}", "{honor_cipher_order, true}",
+                "{session_tickets, stateless}",
+                "{versions, [" + ", ".join(f"'{v}'" for v in self.tls_versions) + "]}"]  # fmt: skip
+        if self.tls_ciphers:
+            opts.append("{ciphers, [" + ", ".join(s(c) for c in self.tls_ciphers) + "]}")
+        (base / "advanced.config").write_text("[{rabbit, [{ssl_options, [" + ", ".join(opts) + "]}]}].\n")
 
     def _cli(self, tool: str, *args: str, check: bool, timeout: float) -> subprocess.CompletedProcess[str]:
         if not self.node or not self._env:
@@ -416,15 +440,38 @@ class PrivateBroker:
         return res
 
     def _amqp_ready(self) -> bool:
-        """True when the listener answers the protocol header with connection.start."""
+        """True when the listener answers the protocol header with this node's connection.start."""
         try:
             with socket.create_connection((LOOPBACK, self.port), timeout=1.0) as s:
-                s.sendall(AMQP_HEADER)
-                data = s.recv(7)
+                return self._own_start(s)
         except OSError:
             return False
-        # Method frame (type 1) on channel 0.
-        return len(data) >= 3 and data[0] == 1 and data[1:3] == b"\x00\x00"
+
+    def _tls_ready(self) -> bool:
+        """True when the TLS listener is this node's: its certificate verifies with this broker's
+        own CA and it answers with this node's connection.start. (Ports are found free before the
+        node binds them: on a machine where other test runs start brokers too, another node may
+        take one first, and a client would then talk to it.)"""
+        ctx = ssl.create_default_context(cafile=str(self.ca_file))
+        ctx.set_ciphers("ALL")  # whatever single suite the broker is restricted to
+        try:
+            with socket.create_connection((LOOPBACK, self.tls_port), timeout=1.0) as raw, \
+                    ctx.wrap_socket(raw, server_hostname="localhost") as s:  # fmt: skip
+                return self._own_start(s)
+        except OSError:  # ssl.SSLError included
+            return False
+
+    def _own_start(self, s: socket.socket) -> bool:
+        s.sendall(AMQP_HEADER)
+        data = b""
+        while len(data) < 7 or len(data) < 8 + int.from_bytes(data[3:7], "big"):
+            chunk = s.recv(65536)
+            if not chunk or len(data) > 1 << 16:
+                break
+            data += chunk
+        # a method frame (type 1) on channel 0 whose server properties name this node (cluster_name)
+        name = self.node.split("@", 1)[0].encode()
+        return len(data) >= 3 and data[0] == 1 and data[1:3] == b"\x00\x00" and name in data
 
     def _wait_ready(self, t0: float) -> None:
         assert self._proc is not None
@@ -434,7 +481,7 @@ class PrivateBroker:
                 raise BrokerError(
                     f"rabbitmq-server exited with {self._proc.returncode} during startup:\n" + self.log_text()[-4000:]
                 )
-            if self._amqp_ready():
+            if self._amqp_ready() and (not self.tls or self._tls_ready()):
                 return
             time.sleep(0.05)
         raise BrokerError(

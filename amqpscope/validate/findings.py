@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from amqpscope.dissect.spec import Spec
+from amqpscope.events import Finding
 
 VIOLATION, DEVIATION, WARNING, INFO = "violation", "deviation", "warning", "info"
 SEVERITIES = (VIOLATION, DEVIATION, WARNING, INFO)
@@ -109,3 +110,76 @@ def _spec_rules(spec: Spec):  # type: ignore[no-untyped-def]
             for f in m.fields:
                 for r in f.rules:
                     yield r.scope, r
+
+
+# --- what RabbitMQ accepts ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Tolerated:
+    """A spec deviation the broker accepts: findings of ``rules`` (whose message contains
+    ``contains``, when given) are quirks, not causes. ``when`` narrows it further: ``"unanswered"``
+    only when the peer did not close in reaction, ``"idle"`` only when no channel was open."""
+
+    id: str
+    rules: tuple[str, ...]
+    summary: str
+    source: str  # the broker's code or the observed behaviour that says it is accepted
+    contains: str | None = None
+    when: str | None = None
+
+
+_OBSERVED = "observed: RabbitMQ 3.10.8 on the wire (../shared/captures, reference/broker-behaviour.md)"
+
+# The one table of broker tolerance, beside the rule ids above; `validate` marks these findings as
+# quirks and `diagnose` counts them per client library instead of reporting causes.
+BROKER_TOLERATES: tuple[Tolerated, ...] = (
+    Tolerated("empty-reply-text",
+              ("channel.close.reply-text.assert-notnull", "connection.close.reply-text.assert-notnull"),
+              "empty reply text on channel.close/connection.close",
+              f"{_OBSERVED}: close-ok follows (s03 AMQPStorm, s13 py-amqp, s14 aiormq); rabbit_channel and "
+              "rabbit_reader only log the client's reply text"),
+    Tolerated("reply-code-zero",
+              ("channel.close.reply-code.assert-notnull", "connection.close.reply-code.assert-notnull"),
+              "reply code 0 on a normal channel.close/connection.close",
+              f"{_OBSERVED}: close-ok follows (pika channel.close, AMQPStorm and py-amqp connection.close)"),
+    Tolerated("reply-code-zero", ("close.reply-code",), "reply code 0 on a normal close",
+              f"{_OBSERVED}: close-ok follows", contains="reply code 0,"),
+    Tolerated("out-of-band-zero", ("field.reserved",), "'0' instead of an empty string in channel.open's "
+              "reserved out-of-band field", f"{_OBSERVED}: channel.open-ok follows (pamqp: AMQPStorm, aio-pika); "
+              "rabbit_channel ignores the field", contains="channel.open reserved-1"),
+    Tolerated("insist-bit", ("field.reserved",), "the insist bit set in connection.open",
+              f"{_OBSERVED}: connection.open-ok follows (pika, rabbitmq-c); rabbit_reader ignores insist",
+              contains="connection.open reserved-2"),
+    Tolerated("empty-locale", ("connection.start-ok.locale.validity",), "an empty locale in connection.start-ok",
+              "rabbit_reader never checks the locale (streadway/amqp sends an empty one)", contains="locale ''"),
+    Tolerated("frame-max-overrun", ("frame.max-size",), "body frames a little over the negotiated frame-max",
+              f"{_OBSERVED}: RabbitMQ checks frame size against its own frame_max with slack (AMQPStorm)",
+              when="unanswered"),
+    Tolerated("close-ok-not-sent", ("connection.close-ok.missing", "channel.close-ok.missing"),
+              "the client drops TCP instead of answering the broker's close with close-ok",
+              f"{_OBSERVED}: the broker closes the socket anyway (pika after 403/530/320, rabbitmq-c after "
+              "channel.close 403)"),
+    Tolerated("tcp-close-without-close", ("connection.close.missing",),
+              "the client ends TCP without connection.close after closing its channels",
+              f"{_OBSERVED}: RabbitMQ logs 'client unexpectedly closed TCP connection' and frees the connection "
+              "(s02 pika)", when="idle"),
+    Tolerated("close-during-handshake", ("connection.close.handshake",),
+              "the broker sends connection.close during the handshake instead of closing the socket",
+              "rabbit_reader: clients announcing authentication_failure_close get a connection.close "
+              "(RabbitMQ's extension of the spec)"),
+)  # fmt: skip
+
+
+def tolerated(f: Finding, idle: bool | None = None) -> Tolerated | None:
+    """The table entry that makes finding ``f`` a quirk, or None (``idle``: no channel was open on
+    its connection when it was reported; None when unknown, which never matches ``when="idle"``)."""
+    for t in BROKER_TOLERATES:
+        if f.rule not in t.rules or (t.contains is not None and t.contains not in f.message):
+            continue
+        if t.when == "unanswered" and f.peer_reaction is not None and "no close" not in f.peer_reaction:
+            continue
+        if t.when == "idle" and not idle:
+            continue
+        return t
+    return None

@@ -1255,6 +1255,7 @@ mod tests {
             resync: false,
             problem: None,
             payload: None,
+            tls: None,
         };
         let gap = Gap {
             base: base(4, 1_700_000_001_000_000_000),

@@ -15,6 +15,7 @@ use crate::limits::Limits;
 use crate::net::SegmentParser;
 use crate::reasm::Reassembler;
 use crate::session::{Options, Session};
+use crate::tls::KeyLogFollower;
 use crate::types::{CloseHow, Packet, TcpEvent};
 use crate::validate::Validator;
 
@@ -43,6 +44,10 @@ pub struct Engine {
     fresh: Vec<Event>,
     outcomes: Vec<Outcome>,
     finished: bool,
+    /// Key log files read as they grow (live runs).
+    follow: Option<KeyLogFollower>,
+    /// Events that keys added between packets made (records held for them, now opened).
+    keyed: Vec<Event>,
 }
 
 impl Engine {
@@ -62,6 +67,31 @@ impl Engine {
             fresh: Vec::new(),
             outcomes: Vec::new(),
             finished: false,
+            follow: None,
+            keyed: Vec::new(),
+        }
+    }
+
+    /// Read these key log files now and again as they grow (`sniff --tls-keylog`): every
+    /// `FOLLOW_INTERVAL` while packets come, before a TLS connection that waits for keys
+    /// closes, and at the end.
+    pub fn follow_tls_keylogs(&mut self, follower: KeyLogFollower) {
+        self.follow = Some(follower);
+        self.poll_keylogs(true);
+    }
+
+    /// Look at the followed key logs (when due, or now when `force`).
+    fn poll_keylogs(&mut self, force: bool) {
+        let Some(follow) = self.follow.as_mut() else {
+            return;
+        };
+        let now = Instant::now();
+        if !force && !follow.due(now) {
+            return;
+        }
+        let text = follow.read_new(now);
+        if !text.is_empty() {
+            self.session.add_tls_keys(&text, &mut self.keyed);
         }
     }
 
@@ -94,6 +124,8 @@ impl Engine {
 
     /// Every event one packet completes.
     pub fn packet(&mut self, pkt: &Packet, out: &mut Vec<Event>) {
+        self.poll_keylogs(false);
+        self.take_keyed(out);
         self.packets += 1;
         let Some(seg) = self.net.parse(pkt) else {
             return;
@@ -103,12 +135,25 @@ impl Engine {
         self.drain_tcp(out);
     }
 
+    /// The events of held TLS records that their keys opened: through the ledger and the
+    /// validator like any other session events.
+    fn take_keyed(&mut self, out: &mut Vec<Event>) {
+        if self.keyed.is_empty() {
+            return;
+        }
+        let start = out.len();
+        out.append(&mut self.keyed);
+        self.after_session(start, out);
+    }
+
     /// The end of the input: holes become gaps, every flow closes ("eof").
     pub fn finish(&mut self, out: &mut Vec<Event>) {
         if self.finished {
             return;
         }
         self.finished = true;
+        self.poll_keylogs(true);
+        self.take_keyed(out);
         self.reasm.finish(&mut self.tcp);
         let last_ts = self.tcp.iter().rev().find_map(ts_of).unwrap_or(0);
         self.drain_tcp(out);
@@ -129,6 +174,13 @@ impl Engine {
             if let Some(select) = self.select.as_mut() {
                 if !select(&tev) {
                     continue;
+                }
+            }
+            if let TcpEvent::Close { flow, .. } = tev {
+                if self.follow.is_some() && self.session.tls_waiting(flow) {
+                    // its keys may be in the file by now: a last look before its tls event
+                    self.poll_keylogs(true);
+                    self.take_keyed(out);
                 }
             }
             let start = out.len();
@@ -189,9 +241,10 @@ impl Engine {
         &self.net.notes
     }
 
-    /// More key log text (a Decryption Secrets Block, a grown key log file).
+    /// More key log text (a Decryption Secrets Block, a grown key log file). Records held for
+    /// these keys are opened now; their events come with the next packet (or the end).
     pub fn add_tls_keys(&mut self, text: &str) -> usize {
-        self.session.add_tls_keys(text)
+        self.session.add_tls_keys(text, &mut self.keyed)
     }
 
     pub fn buffered_bytes(&self) -> u64 {
@@ -201,6 +254,7 @@ impl Engine {
     /// Where every byte of every AMQP stream went, so far.
     pub fn accounting(&self, ts_ns: i64) -> Accounting {
         let a = self.session.accounting();
+        let tls = self.session.tls_accounting();
         Accounting {
             base: Base {
                 packet: self.packets,
@@ -212,14 +266,15 @@ impl Engine {
             stream_bytes: a.stream_bytes,
             frame_bytes: a.frame_bytes,
             header_bytes: a.header_bytes,
-            gap_bytes: a.gap_bytes,
+            // TCP bytes a capture lost inside TLS streams are lost bytes too
+            gap_bytes: a.gap_bytes + tls.2,
             skipped_bytes: a.skipped_bytes,
             pending_bytes: a.pending_bytes,
             frames: a.frames,
             packets: self.packets,
             tcp_packets: self.tcp_packets,
-            tls_bytes: self.session.tls_accounting().0,
-            tls_opaque_bytes: self.session.tls_accounting().1,
+            tls_bytes: tls.0,
+            tls_opaque_bytes: tls.1,
         }
     }
 }

@@ -75,6 +75,19 @@ pub struct Frame {
     pub problem: Option<String>,
     /// Body frames only; kept for renderers, not written to JSONL.
     pub payload: Option<Vec<u8>>,
+    /// The TLS record the frame completed in (AMQPS); kept for renderers (`decode -V`), not
+    /// written to JSONL or Arrow.
+    pub tls: Option<TlsLayer>,
+}
+
+/// The TLS record a piece of plaintext came in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TlsLayer {
+    pub version: &'static str,
+    pub suite: &'static str,
+    /// The record's position among the records of its direction, from 0 (the hello), as
+    /// Wireshark lists them.
+    pub record: u64,
 }
 
 /// A whole message: the content method, its header and all body frames, assembled per channel.

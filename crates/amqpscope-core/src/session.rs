@@ -16,7 +16,7 @@ use crate::event::{
 };
 use crate::frames::{FrameStream, StreamAccounting, StreamItem};
 use crate::limits::Limits;
-use crate::tls::{starts_tls, KeyLog, TlsConn, TlsOut};
+use crate::tls::{starts_tls, KeyLog, TlsConn, TlsLayer, TlsOut, TlsOuts};
 use crate::types::{CloseHow, Endpoint, TcpEvent};
 use crate::value::{get, Table, Value};
 
@@ -119,6 +119,8 @@ struct Conn {
     /// The first bytes of the flow were a ClientHello: records are decrypted before framing.
     tls: Option<Box<TlsConn>>,
     tls_checked: bool,
+    /// The TLS record whose plaintext is being framed, for the frames it completes.
+    layer: Option<TlsLayer>,
 }
 
 /// All connections of one capture (or live interface).
@@ -130,8 +132,8 @@ pub struct Session {
     /// Accounting of the AMQP streams already closed.
     closed: StreamAccounting,
     keylog: KeyLog,
-    /// TLS record bytes of closed connections: (all, never decrypted).
-    tls_closed: (u64, u64),
+    /// TLS bytes of closed connections: (captured, never decrypted, lost in gaps).
+    tls_closed: (u64, u64, u64),
 }
 
 impl Session {
@@ -149,27 +151,66 @@ impl Session {
                 k.add_text(&keylog_text);
                 k
             },
-            tls_closed: (0, 0),
+            tls_closed: (0, 0, 0),
         }
     }
 
-    /// More key log text (a pcapng Decryption Secrets Block, a growing key log file): connections
-    /// waiting for keys use them from their next record on. Returns the secrets added.
-    pub fn add_tls_keys(&mut self, text: &str) -> usize {
-        self.keylog.add_text(text)
+    /// More key log text (a pcapng Decryption Secrets Block, a growing key log file). Records
+    /// held for these keys are opened at once, in both directions (their events in `out`), not
+    /// only when their connection's next packet comes. Returns the secrets added.
+    pub fn add_tls_keys(&mut self, text: &str, out: &mut Vec<Event>) -> usize {
+        let added = self.keylog.add_text(text);
+        if added == 0 {
+            return 0;
+        }
+        let Session {
+            codec,
+            options,
+            limits,
+            conns,
+            keylog,
+            ..
+        } = self;
+        let ctx = Ctx {
+            codec,
+            options,
+            limits,
+            keylog,
+        };
+        let mut ids: Vec<u64> = conns
+            .iter()
+            .filter(|(_, c)| c.tls.as_ref().is_some_and(|t| t.waiting()))
+            .map(|(id, _)| *id)
+            .collect();
+        ids.sort_unstable();
+        for id in ids {
+            if let Some(conn) = conns.get_mut(&id) {
+                conn.tls_keys_added(&ctx, out);
+            }
+        }
+        added
     }
 
-    /// TLS record bytes over every connection: (all, never decrypted).
-    pub fn tls_accounting(&self) -> (u64, u64) {
-        let (mut all, mut opaque) = self.tls_closed;
+    /// Whether this flow is a TLS connection holding records for keys it has not got.
+    pub fn tls_waiting(&self, flow: u64) -> bool {
+        self.conns
+            .get(&flow)
+            .and_then(|c| c.tls.as_ref())
+            .is_some_and(|t| t.waiting())
+    }
+
+    /// TLS bytes over every connection: (record bytes captured, never decrypted, lost in gaps).
+    pub fn tls_accounting(&self) -> (u64, u64, u64) {
+        let (mut all, mut opaque, mut gaps) = self.tls_closed;
         for conn in self.conns.values() {
             if let Some(t) = &conn.tls {
                 let s = t.summary();
                 all += s.bytes_c2s + s.bytes_s2c;
                 opaque += s.opaque_bytes;
+                gaps += s.gap_bytes;
             }
         }
-        (all, opaque)
+        (all, opaque, gaps)
     }
 
     pub fn codec(&self) -> &Codec {
@@ -263,6 +304,7 @@ impl Session {
                         let s = t.summary();
                         tls_closed.0 += s.bytes_c2s + s.bytes_s2c;
                         tls_closed.1 += s.opaque_bytes;
+                        tls_closed.2 += s.gap_bytes;
                     }
                 }
             }
@@ -348,6 +390,7 @@ impl Conn {
             next_seq: 0,
             tls: None,
             tls_checked: false,
+            layer: None,
         }
     }
 
@@ -407,7 +450,7 @@ impl Conn {
             }
         }
         if let Some(tls) = self.tls.as_mut() {
-            let mut items = Vec::new();
+            let mut items = TlsOuts::default();
             let from_client = src == self.client;
             tls.feed(
                 from_client,
@@ -418,10 +461,48 @@ impl Conn {
                 ctx.limits,
                 &mut items,
             );
-            self.tls_items(ctx, src, items, out);
+            self.tls_outs(ctx, items, out);
             return;
         }
         self.plain(ctx, src, data, packet, ts_ns, out);
+    }
+
+    /// What the TLS layer made of the records of both directions.
+    fn tls_outs(&mut self, ctx: &Ctx<'_>, items: TlsOuts, out: &mut Vec<Event>) {
+        let (client, server) = (self.client, self.server);
+        if items.client.is_empty() || items.server.is_empty() {
+            self.tls_items(ctx, client, items.client, out);
+            self.tls_items(ctx, server, items.server, out);
+            return;
+        }
+        // records of both directions opened at once (their keys came late): in capture order,
+        // so that the conversation is followed as it happened (start before start-ok)
+        let mut c = items.client.into_iter().peekable();
+        let mut s = items.server.into_iter().peekable();
+        loop {
+            let from_client = match (c.peek(), s.peek()) {
+                (Some(a), Some(b)) => a.packet() <= b.packet(),
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (None, None) => break,
+            };
+            let (src, item) = if from_client {
+                (client, c.next())
+            } else {
+                (server, s.next())
+            };
+            self.tls_items(ctx, src, item.into_iter().collect(), out);
+        }
+    }
+
+    /// The key log grew: records this connection held for their keys are opened now.
+    fn tls_keys_added(&mut self, ctx: &Ctx<'_>, out: &mut Vec<Event>) {
+        let Some(tls) = self.tls.as_mut() else { return };
+        let mut items = TlsOuts::default();
+        tls.keys_added(ctx.keylog, ctx.limits, &mut items);
+        if !items.is_empty() {
+            self.tls_outs(ctx, items, out);
+        }
     }
 
     /// What the TLS layer made of a direction's records: plaintext, gaps, unusable records.
@@ -439,13 +520,29 @@ impl Conn {
                     data,
                     packet,
                     ts_ns,
-                } => self.plain(ctx, src, &data, packet, ts_ns, out),
-                TlsOut::Gap { packet, ts_ns } => {
+                    layer,
+                } => {
+                    self.layer = Some(layer);
+                    self.plain(ctx, src, &data, packet, ts_ns, out);
+                    self.layer = None;
+                }
+                TlsOut::Gap {
+                    size,
+                    packet,
+                    ts_ns,
+                } => {
                     if self.amqp == Some(false) {
                         continue;
                     }
+                    // the plaintext size is unknown (the walker resynchronises); the event shows
+                    // the TCP bytes the capture lost, counted by the TLS layer's accounting
                     let mut items = Vec::new();
                     self.streams[i].gap(0, packet, ts_ns, &mut items);
+                    for item in &mut items {
+                        if let StreamItem::Gap { size: s, .. } = item {
+                            *s = size;
+                        }
+                    }
                     self.emit(ctx, src, items, out);
                 }
                 TlsOut::Problem {
@@ -502,9 +599,9 @@ impl Conn {
         out: &mut Vec<Event>,
     ) {
         if let Some(tls) = self.tls.as_mut() {
-            let mut items = Vec::new();
+            let mut items = TlsOuts::default();
             tls.gap(src == self.client, size, packet, ts_ns, &mut items);
-            self.tls_items(ctx, src, items, out);
+            self.tls_outs(ctx, items, out);
             return;
         }
         let Some(i) = self.stream_of(src) else { return };
@@ -685,6 +782,7 @@ impl Conn {
                     let b = base(id, packet, ts_ns, d, Some(channel));
                     let mut frame = plain_frame(b, FRAME_BODY, payload.len() as u32, resync);
                     frame.payload = Some(payload);
+                    frame.tls = self.layer;
                     sink.push(Event::Frame(Box::new(frame)));
                     sink.extend(done);
                 }
@@ -696,9 +794,17 @@ impl Conn {
                     ts_ns,
                     resync,
                 } => {
+                    let at = sink.len();
                     self.frame(
                         ctx, d, ftype, channel, &payload, packet, ts_ns, resync, sink,
                     );
+                    if let Some(layer) = self.layer {
+                        for ev in &mut sink[at..] {
+                            if let Event::Frame(f) = ev {
+                                f.tls = Some(layer);
+                            }
+                        }
+                    }
                 }
                 StreamItem::Header {
                     version,
@@ -826,6 +932,7 @@ impl Conn {
                     resync,
                     problem: m.problem,
                     payload: None,
+                    tls: None,
                 })));
                 if !content {
                     return;
@@ -863,6 +970,7 @@ impl Conn {
                     resync,
                     problem: h.problem,
                     payload: None,
+                    tls: None,
                 })));
                 let Some(content) = self.contents.get_mut(&(d, channel)) else {
                     return;
@@ -1086,6 +1194,7 @@ fn plain_frame(base: Base, ftype: u8, size: u32, resync: bool) -> Frame {
         resync,
         problem: None,
         payload: None,
+        tls: None,
     }
 }
 

@@ -252,6 +252,39 @@ impl Decoder {
         crate::arrow::batch_dict(py, built).map(Some)
     }
 
+    /// `arrow` and, from the same events, those of `event_kinds` as amqpscope.events objects:
+    /// `(batches, events)`, or None at the end. For the analytics that stay in Python beside the
+    /// tables (the diagnoser of the `diagnoses` table): only the events it reads become objects.
+    #[pyo3(signature = (tables, constants, kinds, event_kinds, batch_events = BATCH_EVENTS))]
+    fn arrow_events<'py>(
+        &self,
+        py: Python<'py>,
+        tables: &Bound<'py, PyDict>,
+        constants: &Bound<'py, PyDict>,
+        kinds: &Bound<'py, PyDict>,
+        event_kinds: HashSet<String>,
+        batch_events: usize,
+    ) -> PyResult<Option<(Bound<'py, PyDict>, Bound<'py, PyList>)>> {
+        let mut builders = crate::arrow::make_tables(tables, constants, kinds)?;
+        let Some(events) = self.batch(py, batch_events.max(1))? else {
+            return Ok(None);
+        };
+        let (built, events) = py
+            .detach(move || {
+                catch_unwind(AssertUnwindSafe(|| {
+                    builders.append(&events)?;
+                    builders.finish().map(|b| (b, events))
+                }))
+            })
+            .map_err(panic_error)?
+            .map_err(crate::arrow::arrow_error)?;
+        let list = PyList::empty(py);
+        for ev in events.iter().filter(|ev| event_kinds.contains(ev.kind())) {
+            list.append(crate::topy::event(py, ev)?)?;
+        }
+        Ok(Some((crate::arrow::batch_dict(py, built)?, list)))
+    }
+
     /// What the run saw so far: packets, tcp_packets, skipped (reason → count), and the byte
     /// accounting of every AMQP stream.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
@@ -311,6 +344,7 @@ pub fn make_engine(
         ..Options::default()
     };
     let engine = Engine::new(Codec::new(tables, limits), options, limits);
+    // the ledger comes before the validator (ARCHITECTURE.md: session → ledger → validate)
     let engine = if ledger {
         engine.with_ledger(limits)
     } else {

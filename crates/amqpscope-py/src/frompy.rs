@@ -139,6 +139,7 @@ fn frame(ev: &Bound<'_, PyAny>, base: Base, whole: bool) -> PyResult<Frame> {
             resync: false,
             problem: None,
             payload: None,
+            tls: None,
             ftype,
         });
     }
@@ -155,6 +156,8 @@ fn frame(ev: &Bound<'_, PyAny>, base: Base, whole: bool) -> PyResult<Frame> {
         resync: attr(ev, "resync")?,
         problem: attr(ev, "problem")?,
         payload: attr(ev, "payload")?,
+        tls: attr::<Option<(String, String, u64)>>(ev, "tls")?
+            .and_then(|(v, s, r)| amqpscope_core::tls::layer_from_names(&v, &s, r)),
     })
 }
 

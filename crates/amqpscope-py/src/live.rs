@@ -4,6 +4,7 @@
 
 use std::fs::File;
 use std::io::BufWriter;
+use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -11,6 +12,7 @@ use amqpscope_core::engine::Run;
 use amqpscope_core::event::Event;
 use amqpscope_core::jsonl::write_event;
 use amqpscope_core::limits::Limits;
+use amqpscope_core::tls::KeyLogFollower;
 use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
@@ -49,7 +51,10 @@ impl LiveDecoder {
     /// Flows without packets for `idle_timeout_ns` are evicted; the run ends after the packet
     /// that completes `max_frames` AMQP frames; `copy_to` receives every record read.
     #[new]
-    #[pyo3(signature = (path, tables, ports = vec![5672], show_credentials = false, keep_bodies = true, idle_timeout_ns = None, max_frames = None, copy_to = None, validation = None, ledger = false))]
+    ///
+    /// `tls_follow`: NSS key log files read as they grow (a client writing `SSLKEYLOGFILE` while
+    /// the capture runs); a file that does not exist yet is looked for again.
+    #[pyo3(signature = (path, tables, ports = vec![5672], show_credentials = false, keep_bodies = true, idle_timeout_ns = None, max_frames = None, copy_to = None, validation = None, ledger = false, tls_follow = vec![]))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -63,12 +68,13 @@ impl LiveDecoder {
         copy_to: Option<String>,
         validation: Option<&str>,
         ledger: bool,
+        tls_follow: Vec<PathBuf>,
     ) -> PyResult<LiveDecoder> {
         let limits = Limits {
             idle_timeout_ns,
             ..Limits::default()
         };
-        let engine = make_engine(
+        let mut engine = make_engine(
             tables,
             validation,
             ports,
@@ -77,6 +83,9 @@ impl LiveDecoder {
             ledger,
             &limits,
         )?;
+        if !tls_follow.is_empty() {
+            engine.follow_tls_keylogs(KeyLogFollower::new(tls_follow));
+        }
         let copy = match copy_to {
             Some(p) => Some(File::create(&p).map_err(|e| {
                 PyOSError::new_err((e.raw_os_error().unwrap_or(0), e.to_string(), p.clone()))

@@ -1,10 +1,12 @@
 //! `_native.Engine`: the core fed with packets that Python already holds (live capture back ends,
 //! tests that build packets), a batch at a time.
 
+use std::path::PathBuf;
 use std::sync::Mutex;
 
 use amqpscope_core::engine::Engine as CoreEngine;
 use amqpscope_core::limits::Limits;
+use amqpscope_core::tls::KeyLogFollower;
 use amqpscope_core::types::Packet;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
@@ -29,7 +31,8 @@ fn packet_of(obj: &Bound<'_, PyAny>) -> PyResult<Packet> {
 #[pymethods]
 impl Engine {
     #[new]
-    #[pyo3(signature = (tables, ports = vec![5672], show_credentials = false, keep_bodies = true, idle_timeout_ns = None, tls_keylog = None, validation = None, ledger = false))]
+    /// `tls_follow`: NSS key log files read as they grow (live capture in process).
+    #[pyo3(signature = (tables, ports = vec![5672], show_credentials = false, keep_bodies = true, idle_timeout_ns = None, tls_keylog = None, validation = None, ledger = false, tls_follow = vec![]))]
     #[allow(clippy::too_many_arguments)] // Python keyword arguments
     fn new(
         tables: &str,
@@ -40,6 +43,7 @@ impl Engine {
         tls_keylog: Option<String>,
         validation: Option<&str>,
         ledger: bool,
+        tls_follow: Vec<PathBuf>,
     ) -> PyResult<Engine> {
         let limits = Limits {
             idle_timeout_ns,
@@ -56,6 +60,9 @@ impl Engine {
         )?;
         if let Some(text) = tls_keylog {
             engine.add_tls_keys(&text);
+        }
+        if !tls_follow.is_empty() {
+            engine.follow_tls_keylogs(KeyLogFollower::new(tls_follow));
         }
         Ok(Engine {
             engine: Mutex::new(engine),

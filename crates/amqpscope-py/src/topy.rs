@@ -132,6 +132,9 @@ fn frame<'c>(kw: &Kw<'_>, e: &Frame, c: &'c Class) -> PyResult<&'c Class> {
     kw.set_item(intern!(py, "resync"), e.resync)?;
     kw.set_item(intern!(py, "problem"), e.problem.as_deref())?;
     kw.set_item(intern!(py, "payload"), opt_bytes(py, e.payload.as_deref()))?;
+    if let Some(t) = &e.tls {
+        kw.set_item(intern!(py, "tls"), (t.version, t.suite, t.record))?;
+    }
     Ok(c)
 }
 

@@ -5,7 +5,7 @@
 #![no_main]
 
 use amqpscope_core::limits::Limits;
-use amqpscope_core::tls::{KeyLog, TlsConn};
+use amqpscope_core::tls::{KeyLog, TlsConn, TlsOuts};
 use libfuzzer_sys::fuzz_target;
 
 #[path = "common.rs"]
@@ -36,7 +36,7 @@ fuzz_target!(|data: &[u8]| {
         keylog.add_text(&text);
     }
     let mut conn = TlsConn::new();
-    let mut out = Vec::new();
+    let mut out = TlsOuts::default();
     for (i, piece) in common::pieces(rest).into_iter().enumerate() {
         let from_client = (piece.first().copied().unwrap_or(0) ^ mode) & 1 == 0;
         if mode & 2 == 2 && i % 4 == 3 {
@@ -45,7 +45,8 @@ fuzz_target!(|data: &[u8]| {
             conn.feed(from_client, piece, i as u64, 0, &keylog, &limits, &mut out);
         }
         if i == 5 && mode & 8 == 8 {
-            keylog.add_text(&text); // keys that arrive late
+            keylog.add_text(&text); // keys that arrive late: what waited for them is opened now
+            conn.keys_added(&keylog, &limits, &mut out);
         }
         assert!(conn.buffered() <= 2 * (limits.tls_held_bytes + limits.tls_handshake_bytes) + 4 * 17_000);
     }

@@ -83,6 +83,7 @@ impl Script {
             resync: false,
             problem: None,
             payload: None,
+            tls: None,
         };
         self.feed(Event::Frame(Box::new(frame)))
     }
@@ -115,6 +116,7 @@ impl Script {
             resync: false,
             problem: None,
             payload: None,
+            tls: None,
         };
         self.feed(Event::Frame(Box::new(frame)))
     }
@@ -519,6 +521,7 @@ fn heartbeat_silence_against_the_interval() {
             resync: false,
             problem: None,
             payload: None,
+            tls: None,
         };
         s.feed(Event::Frame(Box::new(f)))
     };

@@ -62,6 +62,11 @@ pub fn suite_name(id: u16) -> String {
     }
 }
 
+/// The IANA name of a suite the parser knows ("" otherwise): no allocation per frame.
+pub fn static_suite_name(id: u16) -> &'static str {
+    tls_parser::TlsCipherSuite::from_id(id).map_or("", |s| s.name)
+}
+
 /// A keyed AEAD.
 #[derive(Clone)]
 pub enum Aead {

@@ -12,9 +12,10 @@ use tls_parser::{
     TlsMessage, TlsMessageHandshake,
 };
 
-use super::aead::{suite, suite_name, Aead, Bulk};
+use super::aead::{static_suite_name, suite, suite_name, Aead, Bulk};
 use super::keylog::{KeyLog, Label};
 use super::schedule::{key_block12, next_secret, traffic_keys};
+pub use crate::event::TlsLayer;
 use crate::limits::Limits;
 
 const CHANGE_CIPHER_SPEC: u8 = 20;
@@ -40,9 +41,11 @@ pub enum TlsOut {
         data: Vec<u8>,
         packet: u64,
         ts_ns: i64,
+        layer: TlsLayer,
     },
-    /// Plaintext lost (a TCP gap took records with it); its size is not known.
-    Gap { packet: u64, ts_ns: i64 },
+    /// Plaintext lost (records taken by a TCP gap, or dropped at the held-records bound); its
+    /// size is not known. `size`: the TCP bytes the capture lost (0 when none were).
+    Gap { size: u64, packet: u64, ts_ns: i64 },
     /// A record that could not be used: failed authentication, records lost in a gap.
     Problem {
         reason: String,
@@ -51,6 +54,39 @@ pub enum TlsOut {
         packet: u64,
         ts_ns: i64,
     },
+}
+
+impl TlsOut {
+    /// The packet the item's record (or gap) came in.
+    pub fn packet(&self) -> u64 {
+        match self {
+            TlsOut::Plain { packet, .. }
+            | TlsOut::Gap { packet, .. }
+            | TlsOut::Problem { packet, .. } => *packet,
+        }
+    }
+}
+
+/// The TLS layer's output of one feed, by direction: keys that arrive open the records held in
+/// both directions at once, and each direction's plaintext goes to its own frame stream.
+#[derive(Debug, Default)]
+pub struct TlsOuts {
+    pub client: Vec<TlsOut>,
+    pub server: Vec<TlsOut>,
+}
+
+impl TlsOuts {
+    fn of(&mut self, d: usize) -> &mut Vec<TlsOut> {
+        if d == 0 {
+            &mut self.client
+        } else {
+            &mut self.server
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.client.is_empty() && self.server.is_empty()
+    }
 }
 
 /// What the connection showed, for its `tls` event and its connection record.
@@ -72,6 +108,8 @@ pub struct TlsSummary {
     pub bytes_s2c: u64,
     /// Record bytes never decrypted (no key, unsupported suite, failed, lost sync).
     pub opaque_bytes: u64,
+    /// TCP bytes of the TLS stream the capture lost (gaps): not in `bytes_*`.
+    pub gap_bytes: u64,
 }
 
 /// A record taken off the stream.
@@ -82,6 +120,8 @@ struct Record {
     offset: u64,
     packet: u64,
     ts_ns: i64,
+    /// Position among the records of its direction.
+    index: u64,
 }
 
 impl Record {
@@ -140,8 +180,12 @@ struct Dir {
     search: bool,
     held: VecDeque<Record>,
     held_bytes: u64,
-    /// Records dropped while waiting for keys (their sequence numbers still count).
+    /// Records dropped while waiting for keys (their sequence numbers still count), and where
+    /// the first of them was (offset, packet, ts_ns).
     dropped: u64,
+    dropped_at: Option<(u64, u64, i64)>,
+    /// Records taken off this direction's stream so far.
+    records: u64,
 }
 
 /// One TLS connection.
@@ -163,7 +207,10 @@ pub struct TlsConn {
     failed: u64,
     lost: u64,
     opaque: u64,
+    gap_bytes: u64,
     no_key: bool,
+    /// Records dropped because the held-records bound was reached before their keys came.
+    overflowed: u64,
 }
 
 /// Whether `data`, the first bytes of a flow, start a TLS handshake (a ClientHello record).
@@ -182,6 +229,29 @@ fn plausible_header(b: &[u8]) -> Option<usize> {
     }
     let len = u16::from_be_bytes([b[3], b[4]]) as usize;
     (17..=MAX_RECORD).contains(&len).then_some(len)
+}
+
+/// A `TlsLayer` from its names (events made in Python); None for names no decryption gives.
+pub fn layer_from_names(version: &str, suite: &str, record: u64) -> Option<TlsLayer> {
+    let version = [TLS12, TLS13]
+        .into_iter()
+        .map(static_version_name)
+        .find(|v| *v == version)?;
+    let suite = tls_parser::TlsCipherSuite::from_name(suite)?.name;
+    Some(TlsLayer {
+        version,
+        suite,
+        record,
+    })
+}
+
+/// The name of a decryptable version (only those yield plaintext).
+fn static_version_name(v: u16) -> &'static str {
+    match v {
+        TLS12 => "TLSv1.2",
+        TLS13 => "TLSv1.3",
+        _ => "",
+    }
 }
 
 fn version_name(v: u16) -> String {
@@ -226,7 +296,9 @@ impl TlsConn {
             failed: 0,
             lost: 0,
             opaque: 0,
+            gap_bytes: 0,
             no_key: false,
+            overflowed: 0,
         }
     }
 
@@ -248,7 +320,7 @@ impl TlsConn {
         ts_ns: i64,
         keylog: &KeyLog,
         limits: &Limits,
-        out: &mut Vec<TlsOut>,
+        out: &mut TlsOuts,
     ) {
         let d = usize::from(!from_client);
         self.dirs[d].bytes += data.len() as u64;
@@ -284,6 +356,7 @@ impl TlsConn {
                     offset: dir.offset + pos as u64,
                     packet,
                     ts_ns,
+                    index: dir.records,
                 };
                 // without keys, a header right after this record confirms the boundary
                 let next = &avail[HEADER + len..];
@@ -294,6 +367,7 @@ impl TlsConn {
                     match self.open(d, &rec, limits) {
                         Opened::Plain(inner, plain) => {
                             self.dirs[d].lost = false;
+                            self.dirs[d].records += 1;
                             pos += HEADER + len;
                             self.records += 1;
                             self.decrypted += 1;
@@ -324,11 +398,12 @@ impl TlsConn {
                     offset: dir.offset + pos as u64,
                     packet,
                     ts_ns,
+                    index: dir.records,
                 },
                 Err(tls_parser::nom::Err::Incomplete(_)) => break,
                 Err(_) => {
                     // not a record header: the stream is damaged; look for the next record
-                    out.push(TlsOut::Problem {
+                    out.of(d).push(TlsOut::Problem {
                         reason: "tls: not a TLS record header".into(),
                         offset: dir.offset + pos as u64,
                         packet,
@@ -336,10 +411,15 @@ impl TlsConn {
                     });
                     dir.lost = true;
                     dir.search = true;
-                    out.push(TlsOut::Gap { packet, ts_ns });
+                    out.of(d).push(TlsOut::Gap {
+                        size: 0,
+                        packet,
+                        ts_ns,
+                    });
                     continue;
                 }
             };
+            dir.records += 1;
             pos += rec.wire_len() as usize;
             self.record(d, rec, keylog, limits, out);
         }
@@ -355,7 +435,7 @@ impl TlsConn {
         size: u64,
         packet: u64,
         ts_ns: i64,
-        out: &mut Vec<TlsOut>,
+        out: &mut TlsOuts,
     ) {
         let d = usize::from(!from_client);
         let dir = &mut self.dirs[d];
@@ -363,11 +443,16 @@ impl TlsConn {
         dir.offset += partial + size;
         dir.buf.clear();
         self.opaque += partial;
+        self.gap_bytes += size;
         dir.hs.clear();
         if dir.encrypted || !dir.held.is_empty() {
             dir.lost = true;
             dir.search = true;
-            out.push(TlsOut::Gap { packet, ts_ns });
+            out.of(d).push(TlsOut::Gap {
+                size,
+                packet,
+                ts_ns,
+            });
         } else {
             // a gap in the handshake: nothing after it can be placed
             dir.lost = true;
@@ -398,7 +483,7 @@ impl TlsConn {
         rec: Record,
         keylog: &KeyLog,
         limits: &Limits,
-        out: &mut Vec<TlsOut>,
+        out: &mut TlsOuts,
     ) {
         self.records += 1;
         if !self.is_protected(d, rec.rtype) {
@@ -418,12 +503,18 @@ impl TlsConn {
     fn hold(&mut self, d: usize, rec: Record, limits: &Limits) {
         let decryptable = self.decryptable();
         let dir = &mut self.dirs[d];
-        if !decryptable || dir.held_bytes + rec.wire_len() > limits.tls_held_bytes {
+        // once one record was dropped the later ones are too: the held ones must stay in a row
+        if !decryptable
+            || dir.dropped > 0
+            || dir.held_bytes + rec.wire_len() > limits.tls_held_bytes
+        {
             // never to be decrypted: counted, and its sequence number kept
             self.opaque += rec.wire_len();
             dir.dropped += 1;
             if decryptable {
-                self.no_key = true;
+                self.overflowed += 1;
+                dir.dropped_at
+                    .get_or_insert((rec.offset, rec.packet, rec.ts_ns));
             }
             return;
         }
@@ -436,7 +527,7 @@ impl TlsConn {
         matches!(self.version, Some(TLS12 | TLS13)) && self.suite.and_then(suite).is_some()
     }
 
-    fn protected(&mut self, d: usize, rec: Record, limits: &Limits, out: &mut Vec<TlsOut>) {
+    fn protected(&mut self, d: usize, rec: Record, limits: &Limits, out: &mut TlsOuts) {
         match self.open(d, &rec, limits) {
             Opened::Plain(inner, plain) => {
                 self.decrypted += 1;
@@ -451,7 +542,7 @@ impl TlsConn {
                     return; // an encrypted handshake record without its key: not a failure
                 }
                 self.failed += 1;
-                out.push(TlsOut::Problem {
+                out.of(d).push(TlsOut::Problem {
                     reason: "tls: record failed authentication".into(),
                     offset: rec.offset,
                     packet: rec.packet,
@@ -540,18 +631,28 @@ impl TlsConn {
         plain: Vec<u8>,
         rec: &Record,
         limits: &Limits,
-        out: &mut Vec<TlsOut>,
+        out: &mut TlsOuts,
     ) {
         match inner {
             APPLICATION_DATA if !plain.is_empty() => {
-                out.push(TlsOut::Plain {
+                let layer = self.layer(rec.index);
+                out.of(d).push(TlsOut::Plain {
                     data: plain,
                     packet: rec.packet,
                     ts_ns: rec.ts_ns,
+                    layer,
                 });
             }
             HANDSHAKE => self.protected_handshake(d, &plain, limits),
             _ => {} // alerts, heartbeats
+        }
+    }
+
+    fn layer(&self, record: u64) -> TlsLayer {
+        TlsLayer {
+            version: self.version.map_or("", static_version_name),
+            suite: self.suite.map_or("", static_suite_name),
+            record,
         }
     }
 
@@ -729,7 +830,7 @@ impl TlsConn {
 
     /// Derive keys once the hellos are seen and whenever the key log grew; then open the records
     /// that waited for them.
-    fn refresh_keys(&mut self, keylog: &KeyLog, limits: &Limits, out: &mut Vec<TlsOut>) {
+    fn refresh_keys(&mut self, keylog: &KeyLog, limits: &Limits, out: &mut TlsOuts) {
         if self.keys_generation == Some(keylog.generation()) {
             return;
         }
@@ -791,15 +892,43 @@ impl TlsConn {
             let held = std::mem::take(&mut self.dirs[d].held);
             self.dirs[d].held_bytes = 0;
             let dropped = std::mem::take(&mut self.dirs[d].dropped);
+            let dropped_at = self.dirs[d].dropped_at.take();
             for rec in held {
                 self.protected(d, rec, limits, out);
             }
-            // records dropped while waiting came after the held ones: skip their numbers
+            // records dropped while waiting came after the held ones: skip their numbers, and
+            // tell the frame walker that plaintext is missing there
             if dropped > 0 {
                 self.dirs[d].seq += dropped;
                 self.dirs[d].search = true;
+                self.lost += dropped;
+                if let Some((offset, packet, ts_ns)) = dropped_at {
+                    out.of(d).push(TlsOut::Problem {
+                        reason: format!(
+                            "tls: {dropped} records not kept while waiting for their keys (held-records bound)"
+                        ),
+                        offset,
+                        packet,
+                        ts_ns,
+                    });
+                    out.of(d).push(TlsOut::Gap {
+                        size: 0,
+                        packet,
+                        ts_ns,
+                    });
+                }
             }
         }
+    }
+
+    /// The key log grew: open what waited for it (records of both directions).
+    pub fn keys_added(&mut self, keylog: &KeyLog, limits: &Limits, out: &mut TlsOuts) {
+        self.refresh_keys(keylog, limits, out);
+    }
+
+    /// Records wait for keys (a live key log may still bring them).
+    pub fn waiting(&self) -> bool {
+        self.dirs.iter().any(|d| !d.held.is_empty())
     }
 
     /// The connection as its `tls` event shows it.
@@ -813,6 +942,9 @@ impl TlsConn {
             Some(_) if !self.decryptable() => Some("cipher suite not supported for decryption"),
             Some(_) if self.decrypted == 0 || self.no_key || held > 0 => {
                 Some("no key for this connection")
+            }
+            Some(_) if self.overflowed > 0 => {
+                Some("records not kept while waiting for their keys (held-records bound)")
             }
             Some(_) if self.failed > 0 => Some("records failed authentication"),
             _ => None,
@@ -832,6 +964,7 @@ impl TlsConn {
             bytes_c2s: self.dirs[0].bytes,
             bytes_s2c: self.dirs[1].bytes,
             opaque_bytes: opaque,
+            gap_bytes: self.gap_bytes,
         }
     }
 }

@@ -5,8 +5,10 @@
 
 pub mod aead;
 pub mod conn;
+pub mod follow;
 pub mod keylog;
 pub mod schedule;
 
-pub use conn::{starts_tls, TlsConn, TlsOut, TlsSummary};
+pub use conn::{layer_from_names, starts_tls, TlsConn, TlsLayer, TlsOut, TlsOuts, TlsSummary};
+pub use follow::KeyLogFollower;
 pub use keylog::KeyLog;

@@ -82,6 +82,7 @@ fn method(packet: u64, dir: Dir, channel: u16, name: &str, args: Table) -> Event
         resync: false,
         problem: None,
         payload: None,
+        tls: None,
     }))
 }
 

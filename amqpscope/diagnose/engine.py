@@ -1,0 +1,147 @@
+"""The diagnoser: one streaming pass that turns events into causes and quirks.
+
+A connection is diagnosed at its ``connection`` close event (the core puts the ledger records a
+close causes just before it, and the validator the findings a close answers), so live capture shows
+a cause as soon as its connection is over; a violation the validator only releases after that
+event is diagnosed on its own. ``finish`` diagnoses the connections still open when the capture ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+
+from ..events import S2C, Connection, Event, Finding
+from ..validate.findings import Tolerated, tolerated
+from . import closes, flow, ledger, network
+from .facts import Collector, ConnFacts
+from .model import CONNECTION, Diagnosis, Quirk, Thresholds, ranked
+
+MAX_QUIRK_PACKETS = 20
+
+
+class Diagnoser:
+    # the kinds of events feed looks at: a caller that makes Python events only for the diagnoser
+    # (the Parquet diagnoses table, validate's quirk marks) asks the core for these alone
+    READS = frozenset({"frame", "message", "connection", "finding", "ledger"})
+
+    def __init__(self, thresholds: Thresholds | None = None) -> None:
+        self.thresholds = thresholds or Thresholds()
+        self.col = Collector(self.thresholds.stall_s)
+        self.diagnoses: list[Diagnosis] = []
+        self.quirks: dict[tuple[str, str, str | None], Quirk] = {}
+        self.file: str | None = None
+        self.offset = 0  # added to connection ids (stats numbers several files' connections on)
+        self.file_offsets = [0]  # each file's offset, in file order
+        self._done: set[int] = set()
+
+    def feed(self, ev: Event) -> list[Diagnosis]:
+        """Take one event; returns the diagnoses it completed (for live output)."""
+        t = type(ev)
+        if t is Finding and ev.conn in self._done:
+            return self._late(ev)  # type: ignore[arg-type]
+        self.col.feed(ev)
+        if t is Finding:
+            self._quirk(ev)  # type: ignore[arg-type]
+        elif t is Connection and ev.state == "close":  # type: ignore[attr-defined]
+            return self._diagnose(ev.conn)
+        return []
+
+    def _late(self, f: Finding) -> list[Diagnosis]:
+        """A finding about a connection already diagnosed (released when it ended)."""
+        self._quirk(f)
+        facts = self.col.conns.get(f.conn)
+        if f.severity != "violation" or facts is None:
+            return []
+        facts.violations.append(f)
+        found = network.protocol_errors(ConnFacts(facts.who, facts.start_ts, facts.start_packet, violations=[f]),
+                                        set())  # fmt: skip
+        return self._keep(found)
+
+    def finish(self) -> list[Diagnosis]:
+        new: list[Diagnosis] = []
+        for conn in list(self.col.conns):
+            new += self._diagnose(conn)
+        # a redelivery elsewhere can come after the releasing connection ended: judged at the end
+        for r, d in ledger.requeued(self.col):
+            del self.col.released[(r.conn, r.channel)]
+            new += self._keep([d])
+        return new
+
+    def next_file(self, name: str | None, offset: int = 0) -> list[Diagnosis]:
+        """Diagnose what is left of the previous file and start a new one (connection ids restart;
+        ``offset`` is added to the new file's ids in what is reported)."""
+        new = self.finish()
+        self.col = Collector(self.thresholds.stall_s)
+        self._done = set()
+        self.file = name
+        self.offset = offset
+        self.file_offsets.append(offset)
+        return new
+
+    def result(self) -> list[Diagnosis]:
+        return ranked(self.diagnoses)
+
+    def quirk_list(self) -> list[Quirk]:
+        return sorted(self.quirks.values(), key=lambda q: (q.library, -q.count, q.quirk))
+
+    def quirk_of(self, f: Finding) -> str | None:
+        """The quirk id when finding ``f`` is a deviation the broker accepts (``f`` and the events
+        of its connection before it must have been fed)."""
+        t = self._tolerance(f)
+        return t.id if t is not None else None
+
+    def _tolerance(self, f: Finding) -> Tolerated | None:
+        facts = self.col.conns.get(f.conn)
+        idle = facts is not None and not facts.open_channels
+        return tolerated(f, idle)
+
+    def _quirk(self, f: Finding) -> None:
+        t = self._tolerance(f)
+        if t is None:
+            return
+        facts = self.col.facts(f)
+        library = (facts.server or "the broker") if f.dir == S2C else facts.who.library()
+        key = (t.id, library, self.file)
+        q = self.quirks.get(key)
+        if q is None:
+            q = self.quirks[key] = Quirk(quirk=t.id, rule=f.rule, library=library, summary=t.summary,
+                                         source=t.source, file=self.file)  # fmt: skip
+        q.count += 1
+        q.connections.add(f.conn + self.offset)
+        if len(q.packets) < MAX_QUIRK_PACKETS:
+            q.packets.append(f.packet)
+
+    def _diagnose(self, conn: int) -> list[Diagnosis]:
+        if conn in self._done:
+            return []
+        self._done.add(conn)
+        facts = self.col.conns[conn]
+        return self._keep(diagnose_connection(facts, self.col, self.thresholds))
+
+    def _keep(self, found: list[Diagnosis]) -> list[Diagnosis]:
+        if self.file is not None or self.offset:
+            found = [replace(d, file=self.file, conn=d.conn + self.offset) for d in found]
+        self.diagnoses += found
+        return found
+
+
+def diagnose_connection(facts: ConnFacts, col: Collector, th: Thresholds) -> list[Diagnosis]:
+    """Every cause of one finished connection (a pure function of its facts)."""
+    found = closes.causes(facts, col)
+    used = {id(f) for c in facts.closes for f in c.explained_by}
+    found += flow.blocked(facts, th) + flow.cancelled(facts, col) + flow.returned(facts)
+    found += ledger.stalled(facts, col, th) + ledger.poison(facts, th)
+    explained = any(d.impact <= CONNECTION or d.channel is not None for d in found)
+    found += network.ended(facts, th, explained)
+    found += network.protocol_errors(facts, used)
+    return found
+
+
+def diagnose(events: Iterable[Event], thresholds: Thresholds | None = None) -> tuple[list[Diagnosis], list[Quirk]]:
+    """Diagnose one capture's events: ranked causes and the quirks."""
+    d = Diagnoser(thresholds)
+    for ev in events:
+        d.feed(ev)
+    d.finish()
+    return d.result(), d.quirk_list()

@@ -1,0 +1,421 @@
+"""What diagnoses are made from: per connection, the plain facts gathered from the event stream.
+
+``Collector.feed`` keeps only what a cause needs (the client's identity, closes, declarations,
+returns, cancels, blocked periods, findings, ledger entries, the last frame each way); it does not
+track delivery tags or confirms: those come from the core's ledger events. The family modules
+(``closes``, ``flow``, ``network``, ``ledger``) turn a finished ``ConnFacts`` into diagnoses with
+pure functions.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..events import C2S, S2C, Connection, Event, Finding, Frame, Ledger, Message
+from .model import Who
+
+MAX_DELIVERIES = 100_000  # deliveries remembered per connection (the oldest forgotten first)
+MAX_RELEASED = 100_000  # released message bodies remembered per capture
+
+MAX_KEPT = 200  # packets, declarations and returns kept per connection (counts stay exact)
+CLOSED = ("channel closed", "connection closed")  # ledger release outcomes of a close
+MAX_LEDGER = 10_000  # ledger records kept per connection until it is diagnosed (those causes read)
+REQUEUED = ("nack", "reject")  # settle outcomes that can requeue
+
+
+@dataclass(slots=True)
+class Close:
+    """A connection.close or channel.close and what followed it."""
+
+    channel: int  # 0 for connection.close
+    by: str  # c2s | s2c
+    code: int
+    text: str
+    class_id: int
+    method_id: int
+    packet: int
+    ts: float
+    opened: bool  # the connection was open (open-ok seen) when it came
+    request: Frame | None = None  # the client's last method on that channel before a server close
+    earlier: Declare | None = None  # when ``request`` redeclares an entity: its first declaration
+    explained_by: list[Finding] = field(default_factory=list)  # violation findings of the peer on it
+
+
+@dataclass(slots=True)
+class Declare:
+    conn: int
+    channel: int
+    method: str  # queue.declare | exchange.declare
+    name: str
+    args: dict[str, Any]
+    packet: int
+    ts: float
+
+
+@dataclass(slots=True)
+class Returned:
+    channel: int
+    exchange: str
+    routing_key: str
+    code: int
+    text: str
+    packets: list[int] = field(default_factory=list)
+    count: int = 0
+    confirms: bool = False  # the channel was in confirm mode when the broker returned them
+    first: float = 0.0
+    last: float = 0.0
+
+
+@dataclass(slots=True)
+class Blocked:
+    reason: str | None
+    packet: int
+    ts: float
+    end_packet: int | None = None
+    end_ts: float | None = None
+    publishes: int = 0
+    publish_packets: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Cancelled:
+    channel: int
+    consumer_tag: str
+    queue: str | None
+    packet: int
+    ts: float
+    deleted_by: Declare | None = None  # the queue.delete that removed the queue (method "queue.delete")
+
+
+@dataclass(slots=True)
+class Released:
+    """Deliveries of one channel released by its close, and where they came back."""
+
+    conn: int
+    channel: int
+    outcome: str
+    packets: list[int] = field(default_factory=list)
+    first: float = 0.0
+    count: int = 0
+    held_s: float = 0.0  # the longest a released delivery had been held unacked
+    redelivered: list[tuple[int, int | None, int, float]] = field(default_factory=list)  # (conn, ch, packet, ts)
+
+
+class Published:
+    """Publish times to the default exchange by routing key (a queue name), bounded, for 'messages
+    were waiting' evidence."""
+
+    MAX_KEYS, MAX_TIMES = 10_000, 100_000
+
+    def __init__(self) -> None:
+        self.times: dict[str, list[float]] = {}
+
+    def add(self, routing_key: str, ts: float) -> None:
+        t = self.times.get(routing_key)
+        if t is None:
+            if len(self.times) >= self.MAX_KEYS:
+                return
+            t = self.times[routing_key] = []
+        if len(t) < self.MAX_TIMES:
+            if t and ts < t[-1]:
+                bisect.insort(t, ts)
+            else:
+                t.append(ts)
+
+    def between(self, routing_key: str, since: float, until: float) -> int:
+        t = self.times.get(routing_key, [])
+        return bisect.bisect_right(t, until) - bisect.bisect_left(t, since)
+
+
+@dataclass(slots=True)
+class Requeues:
+    """One message's rejects/nacks with requeue on a connection (poison-message)."""
+
+    channel: int
+    routing_key: str
+    first: Ledger
+    last: Ledger
+    count: int = 0
+    outcomes: set[str] = field(default_factory=set)
+    packets: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ConnFacts:
+    who: Who
+    start_ts: float
+    start_packet: int
+    heartbeat: int = 0
+    server: str | None = None  # the broker's product and version, for quirks of the broker
+    opened: bool = False
+    stage: str | None = None  # the last connection.* method of the handshake seen
+    confirm_channels: set[int] = field(default_factory=set)
+    open_channels: set[int] = field(default_factory=set)
+    last_frame: dict[str, tuple[float, int]] = field(default_factory=dict)  # dir → (ts, packet)
+    closes: list[Close] = field(default_factory=list)
+    returns: dict[tuple[int, str, str, int], Returned] = field(default_factory=dict)
+    blocked: list[Blocked] = field(default_factory=list)
+    # publishes since the broker's last frame: RabbitMQ sends connection.blocked when a publish
+    # arrives during an alarm, so the publishes just before it are the first ones it holds
+    recent_publishes: list[int] = field(default_factory=list)
+    cancels: list[Cancelled] = field(default_factory=list)
+    violations: list[Finding] = field(default_factory=list)
+    silences: list[Finding] = field(default_factory=list)  # heartbeat.silence findings
+    ledger: list[Ledger] = field(default_factory=list)  # the core's ledger events of this connection
+    requeues: dict[str, Requeues] = field(default_factory=dict)  # body sha256 → its requeueing settles
+    # (channel, delivery tag) → (body sha256, routing key, exchange) of its deliveries (bounded):
+    # how ledger entries, which name tags, are tied to a message across redeliveries
+    delivered: dict[tuple[int, int], tuple[str, str, str]] = field(default_factory=dict)
+    last_request: dict[int, Frame] = field(default_factory=dict)  # channel → the client's last method
+    consumers: dict[tuple[int, str], str] = field(default_factory=dict)  # (channel, tag) → queue
+    pending_consume: dict[int, str] = field(default_factory=dict)  # channel → queue of a consume awaiting ok
+    ended: str | None = None  # the Connection close event's "ended"
+    end_ts: float | None = None
+    end_packet: int | None = None
+    open_at_end: set[int] = field(default_factory=set)
+
+
+def _text(v: Any) -> str:
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    return v if isinstance(v, str) else ""
+
+
+def _int(v: Any) -> int:
+    return v if isinstance(v, int) and not isinstance(v, bool) else 0
+
+
+class Collector:
+    """Facts of every connection of one capture (connection ids are the capture's own)."""
+
+    def __init__(self, stall_s: float = 0.0) -> None:
+        self.stall_s = stall_s  # shorter at-limit spells are not kept: no cause reads them
+        self.conns: dict[int, ConnFacts] = {}
+        # declarations by (vhost, method, name): the first declaration of an entity, and queue
+        # deletes by (vhost, queue), across connections (a consumer is cancelled by another's delete)
+        self.declared: dict[tuple[str, str, str], Declare] = {}
+        self.deleted: dict[tuple[str, str], Declare] = {}
+        self.vhost: dict[int, str] = {}
+        self.published = Published()
+        # released by a close, by body hash: waiting to be seen redelivered (unacked-requeued)
+        self.released: dict[tuple[int, int], Released] = {}  # (conn, channel) → its releases
+        self._released_bodies: dict[str, tuple[int, int]] = {}  # body sha256 → (conn, channel)
+
+    def facts(self, ev: Event) -> ConnFacts:
+        f = self.conns.get(ev.conn)
+        if f is None:
+            f = self.conns[ev.conn] = ConnFacts(Who(conn=ev.conn), ev.ts, ev.packet)
+        return f
+
+    def feed(self, ev: Event) -> None:
+        t = type(ev)
+        if t is Frame:
+            self._frame(ev)  # type: ignore[arg-type]
+        elif t is Connection:
+            self._connection(ev)  # type: ignore[arg-type]
+        elif t is Finding:
+            self._finding(ev)  # type: ignore[arg-type]
+        elif t is Message:
+            self._message(ev)  # type: ignore[arg-type]
+        elif t is Ledger:
+            self._ledger(ev)  # type: ignore[arg-type]
+
+    def published_between(self, queue: str, since: float, until: float) -> int:
+        return self.published.between(queue, since, until)
+
+    def _message(self, ev: Message) -> None:
+        args = ev.args
+        if ev.method == "basic.publish":
+            if not _text(args.get("exchange")):  # the default exchange routes by queue name
+                self.published.add(_text(args.get("routing_key")), ev.ts)
+            return
+        if ev.method not in ("basic.deliver", "basic.get-ok") or ev.body_sha256 is None:
+            return
+        f = self.facts(ev)
+        if len(f.delivered) >= MAX_DELIVERIES:
+            del f.delivered[next(iter(f.delivered))]
+        f.delivered[(ev.channel or 0, _int(args.get("delivery_tag")))] = (
+            ev.body_sha256, _text(args.get("routing_key")), _text(args.get("exchange")))
+        if args.get("redelivered"):
+            where = self._released_bodies.get(ev.body_sha256)
+            if where is not None and where != (ev.conn, ev.channel or 0):
+                r = self.released[where]
+                if len(r.redelivered) < MAX_KEPT:
+                    r.redelivered.append((ev.conn, ev.channel, ev.packet, ev.ts))
+                del self._released_bodies[ev.body_sha256]  # one redelivery proves it
+
+    def _ledger(self, ev: Ledger) -> None:
+        """Keep the records causes read, aggregated where they can be many (settles)."""
+        f = self.facts(ev)
+        entry = ev.entry
+        if entry == "settle":
+            if ev.requeue and ev.outcome in REQUEUED:
+                self._requeue(f, ev)
+            return
+        keep = entry == "heartbeat" or (entry == "at-limit" and (ev.duration or 0.0) >= self.stall_s) or (
+            entry == "release" and ev.outcome in CLOSED)  # fmt: skip
+        if keep and len(f.ledger) < MAX_LEDGER:
+            f.ledger.append(ev)
+        if entry != "release" or ev.outcome not in CLOSED:
+            return
+        ch = ev.channel or 0
+        body = f.delivered.get((ch, ev.tag or 0))
+        r = self.released.get((ev.conn, ch))
+        if r is None:
+            r = self.released[(ev.conn, ch)] = Released(ev.conn, ch, ev.outcome, first=ev.ts)
+        r.count += 1
+        r.held_s = max(r.held_s, ev.duration or 0.0)
+        if len(r.packets) < MAX_KEPT:
+            r.packets.append(ev.packet)
+        if body is not None and len(self._released_bodies) < MAX_RELEASED:
+            self._released_bodies[body[0]] = (ev.conn, ch)
+
+    def _requeue(self, f: ConnFacts, ev: Ledger) -> None:
+        ch = ev.channel or 0
+        body = f.delivered.get((ch, ev.tag or 0))
+        if body is None:
+            return  # its delivery was not seen (before the capture, after a gap)
+        r = f.requeues.get(body[0])
+        if r is None:
+            if len(f.requeues) >= MAX_DELIVERIES:
+                return
+            r = f.requeues[body[0]] = Requeues(ch, body[1], ev, ev)
+        r.count += 1
+        r.last = ev
+        r.outcomes.add(ev.outcome or "")
+        if len(r.packets) < 20:
+            r.packets += [p for p in (ev.packet, ev.ref_packet) if p is not None]
+
+    def _connection(self, ev: Connection) -> None:
+        f = self.facts(ev)
+        w = f.who
+        name = (ev.client_properties or {}).get("connection_name") if ev.client_properties else None
+        f.who = Who(conn=ev.conn, client=ev.client, product=ev.client_product or w.product,
+                    version=ev.client_version or w.version, name=_text(name) or w.name, user=ev.user or w.user,
+                    vhost=ev.vhost or w.vhost)  # fmt: skip
+        if ev.heartbeat:
+            f.heartbeat = ev.heartbeat
+        if ev.server_product:
+            f.server = f"{ev.server_product} {ev.server_version or ''}".strip()
+        if ev.state == "close":
+            f.ended, f.end_ts, f.end_packet = ev.ended, ev.ts, ev.packet
+            f.open_at_end = set(f.open_channels)
+
+    def _finding(self, ev: Finding) -> None:
+        f = self.facts(ev)
+        if ev.severity == "violation":
+            f.violations.append(ev)
+            # a violation the peer answered with a close explains that close (the validator names
+            # the close's packet in peer_reaction; it comes after the close frame in the stream)
+            for c in reversed(f.closes):
+                if c.channel in (ev.channel, 0) and c.by != ev.dir and c.packet >= ev.packet \
+                        and ev.peer_reaction and f"at packet {c.packet}" in ev.peer_reaction:
+                    c.explained_by.append(ev)
+                    break
+        elif ev.rule == "heartbeat.silence":
+            f.silences.append(ev)
+
+    def _frame(self, ev: Frame) -> None:
+        f = self.facts(ev)
+        d = ev.dir or C2S
+        f.last_frame[d] = (ev.ts, ev.packet)
+        method = ev.method
+        if d == S2C and method != "connection.blocked":
+            f.recent_publishes.clear()
+        if method is None:
+            return
+        args = ev.args or {}
+        ch = ev.channel or 0
+        if d == C2S and method not in ("basic.ack", "basic.nack", "basic.reject", "channel.close-ok"):
+            f.last_request[ch] = ev
+        if method.startswith("connection.") and not f.opened:
+            f.stage = method
+        if method == "connection.start-ok":
+            props = args.get("client_properties") or {}
+            w = f.who
+            f.who = Who(conn=w.conn, client=w.client, product=_text(props.get("product")) or w.product,
+                        version=_text(props.get("version")) or _text(props.get("product_version")) or w.version,
+                        name=_text(props.get("connection_name")) or w.name, user=w.user, vhost=w.vhost)  # fmt: skip
+        elif method == "connection.tune-ok":
+            f.heartbeat = _int(args.get("heartbeat"))
+        elif method == "connection.open":
+            self.vhost[ev.conn] = _text(args.get("virtual_host")) or "/"
+        elif method == "connection.open-ok":
+            f.opened = True
+        elif method == "channel.open-ok":
+            f.open_channels.add(ch)
+            f.confirm_channels.discard(ch)  # a reopened channel number starts without confirms
+        elif method == "channel.close-ok":
+            f.open_channels.discard(ch)
+        elif method == "confirm.select-ok":
+            f.confirm_channels.add(ch)
+        elif method in ("connection.close", "channel.close"):
+            c = Close(channel=ch if method == "channel.close" else 0, by=d, code=_int(args.get("reply_code")),
+                      text=_text(args.get("reply_text")), class_id=_int(args.get("class_id")),
+                      method_id=_int(args.get("method_id")), packet=ev.packet, ts=ev.ts, opened=f.opened,
+                      request=f.last_request.get(ch) if d == S2C else None)  # fmt: skip
+            req = c.request
+            if req is not None and req.method in ("queue.declare", "exchange.declare"):
+                # looked up now: the entity may be deleted and declared afresh before the connection ends
+                ra = req.args or {}
+                name = _text(ra.get("queue" if req.method == "queue.declare" else "exchange"))
+                c.earlier = self.earlier_declaration(Declare(req.conn, req.channel or 0, req.method, name, dict(ra),
+                                                             req.packet, req.ts))  # fmt: skip
+            if len(f.closes) < MAX_KEPT:
+                f.closes.append(c)
+        elif method in ("queue.declare", "exchange.declare") and d == C2S:
+            name = _text(args.get("queue" if method == "queue.declare" else "exchange"))
+            dec = Declare(ev.conn, ch, method, name, dict(args), ev.packet, ev.ts)
+            if name and not args.get("passive"):
+                self.declared.setdefault((self.vhost.get(ev.conn, "/"), method, name), dec)
+        elif method == "queue.delete" and d == C2S:
+            q = _text(args.get("queue"))
+            self.deleted[(self.vhost.get(ev.conn, "/"), q)] = Declare(ev.conn, ch, method, q, dict(args),
+                                                                      ev.packet, ev.ts)  # fmt: skip
+            for key in [k for k in self.declared if k[0] == self.vhost.get(ev.conn, "/") and k[2] == q
+                        and k[1] == "queue.declare"]:  # fmt: skip
+                del self.declared[key]  # a later declaration starts afresh
+        elif method == "basic.consume" and d == C2S:
+            f.pending_consume[ch] = _text(args.get("queue"))
+        elif method == "basic.consume-ok":
+            if ch in f.pending_consume:
+                f.consumers[(ch, _text(args.get("consumer_tag")))] = f.pending_consume.pop(ch)
+        elif method == "basic.cancel" and d == S2C:
+            tag = _text(args.get("consumer_tag"))
+            queue = f.consumers.get((ch, tag))
+            deleted = self.deleted.get((self.vhost.get(ev.conn, "/"), queue)) if queue is not None else None
+            f.cancels.append(Cancelled(ch, tag, queue, ev.packet, ev.ts, deleted))
+        elif method == "basic.return":
+            rkey = (ch, _text(args.get("exchange")), _text(args.get("routing_key")), _int(args.get("reply_code")))
+            r = f.returns.get(rkey)
+            if r is None:
+                r = f.returns[rkey] = Returned(ch, rkey[1], rkey[2], rkey[3], _text(args.get("reply_text")),
+                                               first=ev.ts)  # fmt: skip
+            r.count += 1
+            r.last = ev.ts
+            r.confirms = r.confirms or ch in f.confirm_channels
+            if len(r.packets) < MAX_KEPT:
+                r.packets.append(ev.packet)
+        elif method == "connection.blocked":
+            if not f.blocked or f.blocked[-1].end_ts is not None:
+                held = f.recent_publishes[:MAX_KEPT]
+                f.blocked.append(Blocked(_text(args.get("reason")) or None, ev.packet, ev.ts, publishes=len(held),
+                                         publish_packets=held))  # fmt: skip
+        elif method == "connection.unblocked":
+            if f.blocked and f.blocked[-1].end_ts is None:
+                f.blocked[-1].end_ts, f.blocked[-1].end_packet = ev.ts, ev.packet
+        elif method == "basic.publish" and not (f.blocked and f.blocked[-1].end_ts is None):
+            if len(f.recent_publishes) < MAX_KEPT:
+                f.recent_publishes.append(ev.packet)
+        elif method == "basic.publish":
+            b = f.blocked[-1]
+            b.publishes += 1
+            if len(b.publish_packets) < MAX_KEPT:
+                b.publish_packets.append(ev.packet)
+
+    def earlier_declaration(self, d: Declare) -> Declare | None:
+        """The first declaration of the same entity in the same vhost, when it is another frame."""
+        first = self.declared.get((self.vhost.get(d.conn, "/"), d.method, d.name))
+        return first if first is not None and first.packet != d.packet else None

@@ -1,0 +1,95 @@
+"""``amqpscope diagnose``: the causes an operator can act on, ranked by impact, then the quirks."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from typing import IO, Any
+
+import click
+from rich.console import Console
+
+from amqpscope.diagnose import Diagnoser, Diagnosis, Quirk, Thresholds
+from amqpscope.diagnose.text import render
+from amqpscope.output.records import dumps
+
+from .common import CaptureRun, input_options, load_codec, options_from, run_guarded, validate_with
+
+
+def threshold_options(f: Any) -> Any:
+    d = Thresholds()
+    f = click.option("--blocked-threshold", "blocked_s", type=click.FloatRange(min=0), default=d.blocked_s,
+                     show_default=True, help="publisher-blocked: shortest blocked period reported (s).")(f)
+    f = click.option("--heartbeat-factor", type=click.FloatRange(min=1), default=d.heartbeat_factor,
+                     show_default=True, help="heartbeat-timeout: silence longer than this many negotiated "
+                     "heartbeat intervals.")(f)  # fmt: skip
+    f = click.option("--poison-redeliveries", type=click.IntRange(min=2), default=d.poison_redeliveries,
+                     show_default=True, help="poison-message: requeueing rejects of one message.")(f)
+    f = click.option("--stall-threshold", "stall_s", type=click.FloatRange(min=0), default=d.stall_s,
+                     show_default=True, help="consumer-stalled: seconds at the prefetch limit with nothing "
+                     "settled.")(f)  # fmt: skip
+    return f
+
+
+def thresholds_from(kw: dict[str, Any]) -> Thresholds:
+    return Thresholds(stall_s=kw["stall_s"], poison_redeliveries=kw["poison_redeliveries"],
+                      heartbeat_factor=kw["heartbeat_factor"], blocked_s=kw["blocked_s"])  # fmt: skip
+
+
+def run_diagnosis(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], show_credentials: bool,
+                  thresholds: Thresholds) -> tuple[Diagnoser, CaptureRun]:  # fmt: skip
+    """Decode FILES with validation and feed every event to one Diagnoser."""
+    codec = load_codec(spec)
+    # the core's ledger events: what consumer-stalled, poison-message and unacked-requeued read
+    options = replace(options_from(ports, show_credentials, keep_bodies=False), ledger=True)
+    capture = CaptureRun(files, codec, options)
+    validate_with(capture)
+    diag = Diagnoser(thresholds)
+    seen = 0
+    for ev in capture.events():
+        if len(capture.stats) != seen:  # a new file: connection ids restart
+            seen = len(capture.stats)
+            diag.next_file(capture.stats[-1][0] if len(files) > 1 else None)
+        diag.feed(ev)
+    diag.finish()
+    return diag, capture
+
+
+def render_text(out: IO[str], found: list[Diagnosis], quirks: list[Quirk]) -> None:
+    console = Console(file=out, highlight=False, emoji=False, width=None if out.isatty() else 160)
+    render(console, [d.to_record() for d in found], [q.to_record() for q in quirks])
+
+
+@click.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(allow_dash=True, readable=False))
+@input_options
+@click.option("-T", "--format", "fmt", type=click.Choice(["auto", "text", "jsonl", "json"]), default="auto",
+              show_default=True, help="text for people, one JSON object per cause and quirk, or one JSON "
+              "document; auto is text on a terminal, jsonl otherwise.")  # fmt: skip
+@threshold_options
+def diagnose(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], show_credentials: bool, fmt: str,
+             **kw: Any) -> None:  # fmt: skip
+    """What went wrong in capture FILES: one entry per cause, ranked by impact, with the packets that
+    prove it and what the broker did; then the quirks the broker accepts, per client library.
+
+    Exit status: 0 (also when causes are found); 2 usage or spec error; 3-6 capture errors.
+    """
+
+    def run() -> int:
+        diag, capture = run_diagnosis(files, spec, ports, show_credentials, thresholds_from(kw))
+        found, quirks = diag.result(), diag.quirk_list()
+        out = sys.stdout
+        chosen = fmt if fmt != "auto" else ("text" if out.isatty() else "jsonl")
+        if chosen == "jsonl":
+            for d in found:
+                out.write(dumps(d.to_record()) + "\n")
+            for q in quirks:
+                out.write(dumps(q.to_record()) + "\n")
+        elif chosen == "json":
+            out.write(dumps({"causes": [d.to_record() for d in found], "quirks": [q.to_record() for q in quirks],
+                             "files": list(files), "nothing_wrong": not found}) + "\n")  # fmt: skip
+        else:
+            render_text(out, found, quirks)
+        return capture.exit_code
+
+    run_guarded(run)
