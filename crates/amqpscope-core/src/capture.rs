@@ -21,6 +21,7 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 
 use crate::limits::Limits;
+use crate::pyrepr::{repr_bytes, repr_str};
 use crate::types::Packet;
 
 /// Why a capture could not be read; each has the process exit code the CLI uses.
@@ -115,87 +116,6 @@ fn io_reason(err: &io::Error) -> String {
     } else {
         text
     }
-}
-
-/// Python's `repr()` of a str: the quoting `{name!r}` gives in every message.
-pub fn py_repr(s: &str) -> String {
-    let quote = if s.contains('\'') && !s.contains('"') {
-        '"'
-    } else {
-        '\''
-    };
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push(quote);
-    for c in s.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\t' => out.push_str("\\t"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            c if c == quote => {
-                out.push('\\');
-                out.push(c);
-            }
-            c if !py_printable(c) => {
-                let v = c as u32;
-                if v < 0x100 {
-                    out.push_str(&format!("\\x{v:02x}"));
-                } else if v < 0x10000 {
-                    out.push_str(&format!("\\u{v:04x}"));
-                } else {
-                    out.push_str(&format!("\\U{v:08x}"));
-                }
-            }
-            c => out.push(c),
-        }
-    }
-    out.push(quote);
-    out
-}
-
-/// An approximation of `str.isprintable` per character: controls, separators other than the
-/// space, format characters, surrogates and private use are escaped by repr().
-fn py_printable(c: char) -> bool {
-    let v = c as u32;
-    !(v < 0x20
-        || (0x7f..=0xa0).contains(&v)
-        || v == 0xad
-        || v == 0x1680
-        || (0x2000..=0x200f).contains(&v)
-        || (0x2028..=0x202f).contains(&v)
-        || (0x205f..=0x2064).contains(&v)
-        || v == 0x3000
-        || v == 0xfeff
-        || (0xe000..=0xf8ff).contains(&v)
-        || (0xfff9..=0xfffb).contains(&v)
-        || (0xf0000..).contains(&v))
-}
-
-/// Python's `repr()` of a bytes object (`b'\x1f'`).
-fn py_bytes_repr(b: &[u8]) -> String {
-    let quote = if b.contains(&b'\'') && !b.contains(&b'"') {
-        b'"'
-    } else {
-        b'\''
-    };
-    let mut out = String::from("b");
-    out.push(quote as char);
-    for &c in b {
-        match c {
-            b'\\' => out.push_str("\\\\"),
-            b'\t' => out.push_str("\\t"),
-            b'\n' => out.push_str("\\n"),
-            b'\r' => out.push_str("\\r"),
-            c if c == quote => {
-                out.push('\\');
-                out.push(c as char);
-            }
-            0x20..=0x7e => out.push(c as char),
-            c => out.push_str(&format!("\\x{c:02x}")),
-        }
-    }
-    out.push(quote as char);
-    out
 }
 
 /// Python's `hex()` of a non-negative int.
@@ -416,7 +336,7 @@ impl Gzip {
                     if self.scratch[..] != [0x1f, 0x8b] {
                         return Err(Fault::Bad(format!(
                             "Not a gzipped file ({})",
-                            py_bytes_repr(&self.scratch)
+                            repr_bytes(&self.scratch)
                         )));
                     }
                     inb.read_exact(8, &mut self.scratch)?;
@@ -999,7 +919,7 @@ impl PacketReader {
         let unreadable = |e: &io::Error| {
             CaptureError::Unreadable(format!(
                 "cannot read capture {}: {}",
-                py_repr(path),
+                repr_str(path),
                 io_reason(e)
             ))
         };
@@ -1158,7 +1078,7 @@ impl PacketReader {
     }
 
     fn error(&self, e: Err2) -> CaptureError {
-        let name = py_repr(&self.name);
+        let name = repr_str(&self.name);
         match e {
             Err2::Capture(e) => e,
             Err2::Fault(Fault::Io(e)) => {
@@ -1178,13 +1098,13 @@ impl PacketReader {
     fn corrupt(&self, what: std::fmt::Arguments<'_>) -> Err2 {
         Err2::Capture(CaptureError::Corrupt(format!(
             "capture {} is corrupt: {what}",
-            py_repr(&self.name)
+            repr_str(&self.name)
         )))
     }
 
     fn truncated(&self, what: std::fmt::Arguments<'_>) -> Err2 {
         Err2::Capture(CaptureError::Truncated {
-            message: format!("capture {} is truncated{what}", py_repr(&self.name)),
+            message: format!("capture {} is truncated{what}", repr_str(&self.name)),
             packets_read: self.index,
         })
     }
@@ -1192,7 +1112,7 @@ impl PacketReader {
     fn not_a_capture(&self, what: std::fmt::Arguments<'_>) -> Err2 {
         Err2::Capture(CaptureError::NotACapture(format!(
             "{} is not a capture file ({what})",
-            py_repr(&self.name)
+            repr_str(&self.name)
         )))
     }
 
@@ -1804,16 +1724,6 @@ mod tests {
             .unwrap();
         assert!(err.message().ends_with(": Is a directory"), "{err}");
         assert_eq!(err.exit_code(), 3);
-    }
-
-    #[test]
-    fn python_repr_of_names() {
-        assert_eq!(py_repr("a.pcap"), "'a.pcap'");
-        assert_eq!(py_repr("it's"), "\"it's\"");
-        assert_eq!(py_repr("a'b\"c"), "'a\\'b\"c'");
-        assert_eq!(py_repr("tab\there\\"), "'tab\\there\\\\'");
-        assert_eq!(py_repr("é\u{7}"), "'é\\x07'");
-        assert_eq!(py_bytes_repr(b"\x00a'"), "b\"\\x00a'\"");
     }
 
     // --- pcapng ---

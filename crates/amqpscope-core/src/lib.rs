@@ -18,6 +18,7 @@ pub mod jsonl;
 pub mod ledger;
 pub mod limits;
 pub mod net;
+pub mod pyrepr;
 pub mod reasm;
 pub mod session;
 pub mod tables;

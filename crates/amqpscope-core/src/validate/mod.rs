@@ -15,7 +15,7 @@ pub mod frames;
 pub mod fxhash;
 pub mod grammar;
 pub mod pairing;
-pub mod pyrepr;
+pub(crate) use crate::pyrepr;
 pub mod rules;
 pub mod state;
 pub mod tables;

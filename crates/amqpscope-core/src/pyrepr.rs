@@ -1,5 +1,5 @@
-//! Values printed as Python prints them: finding messages must equal the Python validator's text,
-//! which uses `repr()` (`{value!r}`), `str()` and `{x:.1f}`.
+//! Values printed as Python prints them: finding messages and capture errors must read as the Python
+//! face has always written them, with `repr()` (`{value!r}`), `str()` and `{x:.1f}`.
 
 use std::fmt::Write;
 
@@ -264,6 +264,16 @@ pub fn as_int(v: &Value) -> Option<i128> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn capture_names_and_bytes() {
+        assert_eq!(repr_str("a.pcap"), "'a.pcap'");
+        assert_eq!(repr_str("it's"), "\"it's\"");
+        assert_eq!(repr_str("a'b\"c"), "'a\\'b\"c'");
+        assert_eq!(repr_str("tab\there\\"), "'tab\\there\\\\'");
+        assert_eq!(repr_str("é\u{7}"), "'é\\x07'");
+        assert_eq!(repr_bytes(b"\x00a'"), "b\"\\x00a'\"");
+    }
 
     #[test]
     fn strings_and_bytes() {
