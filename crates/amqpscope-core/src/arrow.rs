@@ -15,7 +15,9 @@
 //! - map<string,string> columns (`args`, `properties`, connection properties): strings as they
 //!   are, every other value as the JSON text `jsonl` writes for it (what rows.py's `map_items`
 //!   gets from orjson);
-//! - constant columns (capture, capture_id, capture_date) from the values given.
+//! - constant columns (capture, capture_id, capture_date) from the values given;
+//! - `seq`: the event's number in its decode (every event the decoder emitted counts, of all
+//!   kinds and tables), so that readers can restore the order of events across the tables.
 //!
 //! A column name the core does not know, or a column whose Arrow type is not the one its field
 //! has, is an error when the builder is made: schema and core cannot drift apart silently.
@@ -27,7 +29,7 @@ use arrow_array::builder::{
     ArrayBuilder, BooleanBuilder, Float64Builder, Int64Builder, ListBuilder, StringBuilder,
     TimestampMicrosecondBuilder,
 };
-use arrow_array::{Array, ArrayRef, MapArray, StringArray, StructArray};
+use arrow_array::{Array, ArrayRef, Int64Array, MapArray, StringArray, StructArray};
 use arrow_buffer::{NullBufferBuilder, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Field as ArrowField, FieldRef, TimeUnit};
 
@@ -508,6 +510,9 @@ impl Field {
 /// Where a column's values come from.
 enum Source {
     Kind,
+    /// The event's number in its decode (0, 1, … over every event the decoder emitted, of all
+    /// kinds): what restores the interleaving of events across the tables.
+    Seq,
     Const(String),
     Time,
     Field(Field),
@@ -642,7 +647,7 @@ impl Column {
     /// type are matched once per batch, not once per row).
     fn append_rows(&mut self, rows: &[&Event], scratch: &mut Vec<u8>) -> Result<(), ArrowError> {
         match self.source {
-            Source::Kind | Source::Const(_) => {}
+            Source::Kind | Source::Const(_) | Source::Seq => {}
             Source::Time => {
                 if let Builder::Time(b) = &mut self.builder {
                     for ev in rows {
@@ -780,13 +785,19 @@ impl Column {
         }
     }
 
-    fn finish(&mut self, rows: usize, kinds: &[&'static str]) -> Result<ArrayRef, ArrowError> {
+    fn finish(
+        &mut self,
+        rows: usize,
+        kinds: &[&'static str],
+        seqs: &mut Vec<i64>,
+    ) -> Result<ArrayRef, ArrowError> {
         let array: ArrayRef = match (&self.source, &mut self.builder) {
             (Source::Const(v), _) => Arc::new(StringArray::from_iter_values(std::iter::repeat_n(
                 v.as_str(),
                 rows,
             ))),
             (Source::Kind, _) => Arc::new(StringArray::from_iter_values(kinds.iter())),
+            (Source::Seq, _) => Arc::new(Int64Array::from(std::mem::take(seqs))),
             (_, Builder::Int(b)) => Arc::new(b.finish()),
             (_, Builder::Float(b)) => Arc::new(b.finish()),
             (_, Builder::Bool(b)) => Arc::new(b.finish()),
@@ -816,6 +827,9 @@ pub struct TableBuilder {
     columns: Vec<Column>,
     /// The kind of each row (the `kind` column is built from it at `finish`).
     row_kinds: Vec<&'static str>,
+    /// The event number of each row, when the schema has a `seq` column.
+    row_seqs: Vec<i64>,
+    has_seq: bool,
     scratch: Vec<u8>,
 }
 
@@ -911,6 +925,11 @@ impl TableBuilder {
                     return Err(bad_type(name, "string", dt));
                 }
                 (Source::Kind, Builder::Str(StringBuilder::new()))
+            } else if name == "seq" {
+                if dt != &DataType::Int64 {
+                    return Err(bad_type(name, "int64", dt));
+                }
+                (Source::Seq, Builder::Int(Int64Builder::new()))
             } else if name == "time" {
                 if !matches!(dt, DataType::Timestamp(TimeUnit::Microsecond, _)) {
                     return Err(bad_type(name, "timestamp[us]", dt));
@@ -938,11 +957,14 @@ impl TableBuilder {
                 builder,
             });
         }
+        let has_seq = columns.iter().any(|c| matches!(c.source, Source::Seq));
         Ok(TableBuilder {
             schema,
             kinds: mask,
             columns,
             row_kinds: Vec::new(),
+            row_seqs: Vec::new(),
+            has_seq,
             scratch: Vec::with_capacity(256),
         })
     }
@@ -965,9 +987,21 @@ impl TableBuilder {
         self.kinds & kind_bit(ev) != 0
     }
 
-    /// Append the events of this table's kinds (others are passed over). After an error the
-    /// builder is in an unknown state: drop it.
-    pub fn append(&mut self, events: &[Event]) -> Result<(), ArrowError> {
+    /// Append the events of this table's kinds (others are passed over); `first_seq` is the
+    /// number of `events[0]` in its decode (the `seq` column). After an error the builder is in
+    /// an unknown state: drop it.
+    pub fn append(&mut self, events: &[Event], first_seq: u64) -> Result<(), ArrowError> {
+        if self.has_seq {
+            let first = i64::try_from(first_seq)
+                .map_err(|_| ArrowError::ComputeError("seq does not fit an int64".into()))?;
+            let mut seq = first;
+            for ev in events {
+                if self.takes(ev) {
+                    self.row_seqs.push(seq);
+                }
+                seq = seq.saturating_add(1);
+            }
+        }
         let rows: Vec<&Event> = events.iter().filter(|ev| self.takes(ev)).collect();
         if rows.is_empty() {
             return Ok(());
@@ -975,7 +1009,7 @@ impl TableBuilder {
         if self.is_empty() {
             // sized once for the rows to come, not grown by doubling (and copying) row by row
             for col in &mut self.columns {
-                if !matches!(col.source, Source::Kind | Source::Const(_)) {
+                if !matches!(col.source, Source::Kind | Source::Const(_) | Source::Seq) {
                     col.builder = col.builder.fresh(rows.len());
                 }
             }
@@ -995,9 +1029,10 @@ impl TableBuilder {
         let rows = self.row_kinds.len();
         let mut arrays = Vec::with_capacity(self.columns.len());
         for col in &mut self.columns {
-            arrays.push(col.finish(rows, &self.row_kinds)?);
+            arrays.push(col.finish(rows, &self.row_kinds, &mut self.row_seqs)?);
         }
         self.row_kinds.clear();
+        self.row_seqs.clear();
         RecordBatch::try_new(self.schema.clone(), arrays)
     }
 }
@@ -1057,9 +1092,10 @@ impl Tables {
         Ok(Tables { tables: out })
     }
 
-    pub fn append(&mut self, events: &[Event]) -> Result<(), ArrowError> {
+    /// `first_seq`: the number of `events[0]` in its decode (see `TableBuilder::append`).
+    pub fn append(&mut self, events: &[Event], first_seq: u64) -> Result<(), ArrowError> {
         for (_, t) in &mut self.tables {
-            t.append(events)?;
+            t.append(events, first_seq)?;
         }
         Ok(())
     }
@@ -1279,8 +1315,12 @@ mod tests {
             Event::Message(Box::new(message)),
             Event::Gap(gap),
         ];
-        let mut b = TableBuilder::new(schema(&[]), &["frame", "gap"], &CONSTANTS)?;
-        b.append(&events)?;
+        let mut b = TableBuilder::new(
+            schema(&[("seq", DataType::Int64)]),
+            &["frame", "gap"],
+            &CONSTANTS,
+        )?;
+        b.append(&events, 10)?;
         assert_eq!(b.len(), 2); // the message is not of this table's kinds
         let batch = b.finish()?;
         assert!(b.is_empty());
@@ -1307,6 +1347,8 @@ mod tests {
         );
         assert_eq!(strings("kind"), [some("frame"), some("gap")]);
         assert_eq!(ints("packet"), [Some(3), Some(4)]);
+        // numbered among all the events given, the message (another table's) included
+        assert_eq!(ints("seq"), [Some(10), Some(12)]);
         assert_eq!(ints("size"), [Some(20), Some(100)]);
         assert_eq!(strings("method"), [some("basic.publish"), None]);
         assert_eq!(strings("lost_frame"), [None, some("body")]);
@@ -1349,7 +1391,7 @@ mod tests {
             lost_frame: None,
         };
         let mut b = TableBuilder::new(schema(&[]), &["gap"], &CONSTANTS)?;
-        assert!(b.append(&[Event::Gap(gap)]).is_err());
+        assert!(b.append(&[Event::Gap(gap)], 0).is_err());
         Ok(())
     }
 }
