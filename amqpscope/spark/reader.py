@@ -58,7 +58,7 @@ MAP_COLUMNS = frozenset({"args", "properties", "client_properties", "server_prop
 CLASSES: dict[str, type[Event]] = {cls.kind: cls for cls in (Frame, ProtocolHeader, Gap, Resync, Malformed, Message,
                                                               Connection, Tls, Finding, Ledger)}  # fmt: skip
 _SLICE = re.compile(r"part-(\d+)-")
-BATCH_ROWS = 65536
+BATCH_ROWS = 8192
 
 
 class TablesError(Exception):
@@ -158,29 +158,31 @@ class _Typer:
         return None if entries is None else dict(entries)
 
 
-def _maker(cls: type[Event], names: set[str], typer: _Typer) -> Callable[[dict[str, Any]], Event]:
+def _maker(cls: type[Event], names: set[str], typer: _Typer) -> Callable[[dict[str, list[Any]], int], Event]:
+    """The event of row ``i`` of a batch's columns (``name → values``)."""
     fields = [f.name for f in record_fields(cls) if f.name in names]
     plain = [f for f in fields if f not in MAP_COLUMNS and f != "packets"]
     maps = [f for f in fields if f in MAP_COLUMNS]
     packets = "packets" in fields and cls is Finding
+    defaulted = _DEFAULTED[cls]
 
-    def make(row: dict[str, Any]) -> Event:
-        kw = {f: row[f] for f in plain}
+    def make(cols: dict[str, list[Any]], i: int) -> Event:
+        kw = {f: cols[f][i] for f in plain}
         if packets:
-            kw["packets"] = tuple(row["packets"] or ())
+            kw["packets"] = tuple(cols["packets"][i] or ())
         for f in maps:
-            entries = row[f]
+            entries = cols[f][i]
             if f == "args":
-                kw[f] = typer.typed(entries, typer.methods.get(row.get("method") or ""))
+                kw[f] = typer.typed(entries, typer.methods.get(cols["method"][i] or ""))
             elif f == "properties":
-                cid = row.get("class_id")
+                cid = cols["class_id"][i] if "class_id" in cols else None
                 kw[f] = typer.typed(entries, typer.props.get(cid if cid is not None else 60))
             else:
                 kw[f] = typer.texts(entries)
         if cls is Message:
             kw["args"] = kw.get("args") or {}
             kw["properties"] = kw.get("properties") or {}
-        for k in [k for k, v in kw.items() if v is None and k in _DEFAULTED.get(cls, ())]:
+        for k in [k for k, v in kw.items() if v is None and k in defaulted]:
             del kw[k]  # a default, not a null: the column is null for other kinds of the table
         return cls(**kw)
 
@@ -197,23 +199,23 @@ def _defaulted(cls: type[Event]) -> frozenset[str]:
 _DEFAULTED = {cls: _defaulted(cls) for cls in CLASSES.values()}
 
 
-def _rows(fragment: ds.Fragment, columns: list[str], table: str, typer: _Typer,
-          kinds: frozenset[str] | None) -> Iterator[tuple[int, int, Event]]:  # fmt: skip
-    """(seq, packet, event) of one file, in its order."""
-    makers: dict[str, Callable[[dict[str, Any]], Event]] = {}
+def _rows(fragment: ds.Fragment, columns: list[str], table: str, typer: _Typer
+          ) -> Iterator[tuple[int, int, Event]]:  # fmt: skip
+    """(seq, packet, event) of one file, in its order; a batch of rows at a time, no read-ahead."""
+    makers: dict[str, Callable[[dict[str, list[Any]], int], Event]] = {}
     names = set(columns)
-    for batch in fragment.to_batches(columns=columns, batch_size=BATCH_ROWS):
-        for row in batch.to_pylist():
-            kind = row["kind"]
-            if kinds is not None and kind not in kinds:
-                continue
+    for batch in fragment.to_batches(columns=columns, batch_size=BATCH_ROWS, batch_readahead=0,
+                                     fragment_readahead=0, use_threads=False):  # fmt: skip
+        cols = {name: batch.column(j).to_pylist() for j, name in enumerate(batch.schema.names)}
+        kinds, seqs, packets = cols["kind"], cols["seq"], cols["packet"]
+        for i, kind in enumerate(kinds):
             make = makers.get(kind)
             if make is None:
                 cls = CLASSES.get(kind)
                 if cls is None:
                     raise TablesError(f"{table}: rows of kind {kind!r} are not events this amqpscope reads")
                 make = makers[kind] = _maker(cls, names, typer)
-            yield row["seq"], row["packet"], make(row)
+            yield seqs[i], packets[i], make(cols, i)
 
 
 def capture_events(root: str, cap: CaptureTables, spec: Spec, findings: bool = True) -> Iterator[Event]:
@@ -232,7 +234,7 @@ def capture_events(root: str, cap: CaptureTables, spec: Spec, findings: bool = T
         for frag in data.get_fragments(filter=flt):
             m = _SLICE.search(os.path.basename(frag.path))
             index = int(m.group(1)) if m else 0
-            slices.setdefault(index, []).append(_rows(frag, columns, table, typer, None))
+            slices.setdefault(index, []).append(_rows(frag, columns, table, typer))
     streams = [heapq.merge(*parts, key=lambda r: r[0]) for _, parts in sorted(slices.items())]
     merged: Iterable[tuple[int, int, Event]] = streams[0] if len(streams) == 1 else heapq.merge(
         *streams, key=lambda r: r[1])

@@ -40,7 +40,7 @@ pub use arrow_schema::{ArrowError, Schema, SchemaRef};
 
 use crate::event::{seconds, Event};
 use crate::jsonl::{write_hex, write_value};
-use crate::value::{get, Name, Table, Value};
+use crate::value::{Name, Table, Value};
 
 /// `PROMOTED_ARGS` of schema.py: the method arguments with a typed column of the same name.
 pub const PROMOTED_ARGS: [&str; 15] = [
@@ -516,8 +516,8 @@ enum Source {
     Const(String),
     Time,
     Field(Field),
-    /// A key of the event's `args` (false) or `properties` (true).
-    Promoted(bool, &'static str),
+    /// A promoted argument or property: its slot (`promoted_slot`).
+    Promoted(usize),
 }
 
 /// A map<string,string> column under construction.
@@ -548,8 +548,12 @@ impl MapColumn {
             Some(t) => {
                 for (name, value) in t {
                     self.keys.append_value(name);
-                    map_text(value, scratch);
-                    self.values.append_value(utf8(scratch)?);
+                    if let Value::Str(text) = value {
+                        self.values.append_value(text); // as it is: no copy through `scratch`
+                    } else {
+                        map_text(value, scratch);
+                        self.values.append_value(utf8(scratch)?);
+                    }
                 }
                 self.nulls.append_non_null();
             }
@@ -645,7 +649,12 @@ struct Column {
 impl Column {
     /// This column's values of `rows`, one tight loop per column (the source and the builder
     /// type are matched once per batch, not once per row).
-    fn append_rows(&mut self, rows: &[&Event], scratch: &mut Vec<u8>) -> Result<(), ArrowError> {
+    fn append_rows(
+        &mut self,
+        rows: &[&Event],
+        slots: &[Slots<'_>],
+        scratch: &mut Vec<u8>,
+    ) -> Result<(), ArrowError> {
         match self.source {
             Source::Kind | Source::Const(_) | Source::Seq => {}
             Source::Time => {
@@ -656,7 +665,7 @@ impl Column {
                 }
             }
             Source::Field(f) => self.append_field(f, rows, scratch)?,
-            Source::Promoted(props, key) => self.append_promoted(props, key, rows),
+            Source::Promoted(slot) => self.append_promoted(slot, slots),
         }
         Ok(())
     }
@@ -753,28 +762,28 @@ impl Column {
         Ok(())
     }
 
-    /// A promoted column: the value of `key` when its type is exactly the column's, else null.
-    fn append_promoted(&mut self, props: bool, key: &str, rows: &[&Event]) {
+    /// A promoted column: the value in its slot when its type is exactly the column's, else null.
+    fn append_promoted(&mut self, slot: usize, slots: &[Slots<'_>]) {
         match &mut self.builder {
             Builder::Int(b) => {
-                for ev in rows {
-                    match promoted_value(ev, props, key) {
+                for row in slots {
+                    match row[slot] {
                         Some(Value::Int(i)) => b.append_value(*i),
                         _ => b.append_null(),
                     }
                 }
             }
             Builder::Bool(b) => {
-                for ev in rows {
-                    match promoted_value(ev, props, key) {
+                for row in slots {
+                    match row[slot] {
                         Some(Value::Bool(x)) => b.append_value(*x),
                         _ => b.append_null(),
                     }
                 }
             }
             Builder::Str(b) => {
-                for ev in rows {
-                    match promoted_value(ev, props, key) {
+                for row in slots {
+                    match row[slot] {
                         Some(Value::Str(s)) => b.append_value(s),
                         _ => b.append_null(),
                     }
@@ -830,6 +839,7 @@ pub struct TableBuilder {
     /// The event number of each row, when the schema has a `seq` column.
     row_seqs: Vec<i64>,
     has_seq: bool,
+    has_promoted: bool,
     scratch: Vec<u8>,
 }
 
@@ -940,11 +950,17 @@ impl TableBuilder {
                 )
             } else if let Some(key) = PROMOTED_ARGS.iter().find(|k| **k == name && !ledger_table) {
                 // frames' and messages' tables: these names are promoted arguments there
-                (Source::Promoted(false, key), promoted_builder(name, dt)?)
+                (
+                    Source::Promoted(slot_of(false, key)?),
+                    promoted_builder(name, dt)?,
+                )
             } else if let Some((_, field, ty)) = field_named(name, dt) {
                 (Source::Field(*field), builder_of(name, *ty, dt)?)
             } else if let Some((key, _)) = PROMOTED_PROPERTIES.iter().find(|(_, c)| *c == name) {
-                (Source::Promoted(true, key), promoted_builder(name, dt)?)
+                (
+                    Source::Promoted(slot_of(true, key)?),
+                    promoted_builder(name, dt)?,
+                )
             } else {
                 return Err(ArrowError::SchemaError(format!(
                     "column {name:?} is not known to the core (no event field, promoted argument or property, or constant of that name)"
@@ -958,6 +974,9 @@ impl TableBuilder {
             });
         }
         let has_seq = columns.iter().any(|c| matches!(c.source, Source::Seq));
+        let has_promoted = columns
+            .iter()
+            .any(|c| matches!(c.source, Source::Promoted(_)));
         Ok(TableBuilder {
             schema,
             kinds: mask,
@@ -965,6 +984,7 @@ impl TableBuilder {
             row_kinds: Vec::new(),
             row_seqs: Vec::new(),
             has_seq,
+            has_promoted,
             scratch: Vec::with_capacity(256),
         })
     }
@@ -1015,9 +1035,13 @@ impl TableBuilder {
             }
         }
         // column by column over chunks of rows small enough to stay in cache
+        let mut slots: Vec<Slots<'_>> = Vec::with_capacity(CHUNK_ROWS);
         for chunk in rows.chunks(CHUNK_ROWS) {
+            if self.has_promoted {
+                fill_slots(chunk, &mut slots);
+            }
             for col in &mut self.columns {
-                col.append_rows(chunk, &mut self.scratch)?;
+                col.append_rows(chunk, &slots, &mut self.scratch)?;
             }
         }
         self.row_kinds.extend(rows.iter().map(|ev| ev.kind()));
@@ -1046,16 +1070,78 @@ fn promoted_builder(name: &str, dt: &DataType) -> Result<Builder, ArrowError> {
     }
 }
 
-/// The value of `key` in an event's args (`props` false) or properties (true).
-fn promoted_value<'e>(ev: &'e Event, props: bool, key: &str) -> Option<&'e Value> {
-    let table = match (ev, props) {
-        (Event::Frame(e), false) => e.args.as_ref(),
-        (Event::Frame(e), true) => e.properties.as_ref(),
-        (Event::Message(e), false) => Some(&e.args),
-        (Event::Message(e), true) => Some(&e.properties),
+/// Slots of the promoted arguments (0..15, `PROMOTED_ARGS` order) and properties (15..26,
+/// `PROMOTED_PROPERTIES` order) of one row.
+const SLOTS: usize = PROMOTED_ARGS.len() + PROMOTED_PROPERTIES.len();
+type Slots<'e> = [Option<&'e Value>; SLOTS];
+
+/// The slot of a promoted argument (`props` false) or property (true) by its key: one `match`
+/// per map entry instead of a search of the map per promoted column.
+fn promoted_slot(props: bool, key: &str) -> Option<usize> {
+    let n = PROMOTED_ARGS.len();
+    if props {
+        return match key {
+            "content_type" => Some(n),
+            "content_encoding" => Some(n + 1),
+            "delivery_mode" => Some(n + 2),
+            "priority" => Some(n + 3),
+            "correlation_id" => Some(n + 4),
+            "reply_to" => Some(n + 5),
+            "expiration" => Some(n + 6),
+            "message_id" => Some(n + 7),
+            "type" => Some(n + 8),
+            "user_id" => Some(n + 9),
+            "app_id" => Some(n + 10),
+            _ => None,
+        };
+    }
+    match key {
+        "exchange" => Some(0),
+        "routing_key" => Some(1),
+        "queue" => Some(2),
+        "consumer_tag" => Some(3),
+        "delivery_tag" => Some(4),
+        "multiple" => Some(5),
+        "requeue" => Some(6),
+        "redelivered" => Some(7),
+        "mandatory" => Some(8),
+        "no_ack" => Some(9),
+        "reply_code" => Some(10),
+        "reply_text" => Some(11),
+        "message_count" => Some(12),
+        "consumer_count" => Some(13),
+        "prefetch_count" => Some(14),
         _ => None,
-    };
-    table.and_then(|t| get(t, key))
+    }
+}
+
+fn slot_of(props: bool, key: &str) -> Result<usize, ArrowError> {
+    promoted_slot(props, key)
+        .ok_or_else(|| ArrowError::SchemaError(format!("promoted {key:?} has no slot")))
+}
+
+/// The promoted values of `rows` into `out`, one `Slots` per row: the first entry of each key, as
+/// `value::get` finds it.
+fn fill_slots<'e>(rows: &[&'e Event], out: &mut Vec<Slots<'e>>) {
+    out.clear();
+    for ev in rows {
+        let mut slots: Slots<'e> = [None; SLOTS];
+        let (args, props) = match ev {
+            Event::Frame(e) => (e.args.as_ref(), e.properties.as_ref()),
+            Event::Message(e) => (Some(&e.args), Some(&e.properties)),
+            _ => (None, None),
+        };
+        for (table, is_props) in [(args, false), (props, true)] {
+            for (name, value) in table.into_iter().flatten() {
+                if let Some(i) = promoted_slot(is_props, name) {
+                    if slots[i].is_none() {
+                        slots[i] = Some(value);
+                    }
+                }
+            }
+        }
+        out.push(slots);
+    }
 }
 
 /// A batch as the Arrow C data interface's array and schema (a struct array of the columns):
@@ -1252,6 +1338,18 @@ mod tests {
         assert!(TableBuilder::new(s, &["frame"], &CONSTANTS).is_err());
         let s = schema(&[]);
         assert!(TableBuilder::new(s, &["frame"], &[("packet", "1")]).is_err());
+    }
+
+    #[test]
+    fn promoted_slots_follow_the_lists() {
+        for (i, key) in PROMOTED_ARGS.iter().enumerate() {
+            assert_eq!(promoted_slot(false, key), Some(i));
+            assert_eq!(promoted_slot(true, key), None);
+        }
+        for (i, (key, _)) in PROMOTED_PROPERTIES.iter().enumerate() {
+            assert_eq!(promoted_slot(true, key), Some(PROMOTED_ARGS.len() + i));
+        }
+        assert_eq!(promoted_slot(false, "ticket"), None);
     }
 
     #[test]
