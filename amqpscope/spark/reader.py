@@ -113,7 +113,7 @@ def list_captures(root: str, select: Sequence[str] = ()) -> list[CaptureTables]:
             cid, date = str(parts.get("capture_id")), str(parts.get("capture_date"))
             if cid in found:
                 continue
-            uri = frag.to_table(columns=["capture"]).column(0)
+            uri = frag.head(1, columns=["capture"]).column(0)
             if len(uri):
                 found[cid] = (str(uri[0]), date)
     errors: dict[str, tuple[str, int]] = {}
