@@ -7,11 +7,11 @@ the like in ``events``, then ``messages``, ``connections`` (with TLS), ``finding
 merging the tables' rows by ``seq`` gives back the decoder's event stream, which is what the
 Analyzer was fed when it ran on the capture itself (a ledger record lands between the same two
 frames). Nothing is decoded again and only pyarrow is needed (``pyarrow.dataset``, one partition
-at a time, read in batches: memory stays bounded whatever the capture's size).
+at a time, read in batches: memory does not grow with the capture's size). Local directories
+only: ``hdfs://`` or ``s3a://`` output is read where it is mounted.
 
-Values come back as the events had them, with two limits of the tables' map columns
-(``args``, ``properties``, connection properties: strings as they are, anything else as JSON
-text): the arguments and properties are typed again from the spec (a field of a string type
+Values come back as the events had them, with two limits of the tables' map columns (``args``,
+``properties``, connection properties: strings as they are, anything else as JSON text): the arguments and properties are typed again from the spec (a field of a string type
 stays text, any other is parsed from its JSON), and the values of field tables (``headers``,
 ``arguments``, ``client_properties`` …) come back as their JSON text, not as nested values.
 Passwords are never in the tables. A capture the Spark job split into slices (by connection) has
@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.dataset as ds
 
 from amqpscope.dissect.spec import Spec
@@ -48,7 +49,7 @@ from amqpscope.events import (
 )
 
 from .job import MANIFEST
-from .schema import SCHEMA_VERSION, TABLES, record_fields
+from .schema import PARTITION_COLUMNS, SCHEMA_VERSION, TABLES, record_fields
 
 # The tables an analysis reads, in the order their rows are merged for equal keys (never needed:
 # seq numbers are unique within a slice).
@@ -58,6 +59,7 @@ MAP_COLUMNS = frozenset({"args", "properties", "client_properties", "server_prop
 CLASSES: dict[str, type[Event]] = {cls.kind: cls for cls in (Frame, ProtocolHeader, Gap, Resync, Malformed, Message,
                                                               Connection, Tls, Finding, Ledger)}  # fmt: skip
 _SLICE = re.compile(r"part-(\d+)-")
+_PARTITIONS = pa.schema([pa.field(name, pa.string()) for name in PARTITION_COLUMNS])
 BATCH_ROWS = 8192
 
 
@@ -96,7 +98,7 @@ def _dataset(root: str, table: str) -> ds.Dataset | None:
     if not os.path.isdir(path):
         return None
     # partition values as strings: a capture_date of "unknown" is not a date
-    return ds.dataset(path, format="parquet", partitioning=ds.partitioning(flavor="hive"),
+    return ds.dataset(path, format="parquet", partitioning=ds.partitioning(_PARTITIONS, flavor="hive"),
                       exclude_invalid_files=False, ignore_prefixes=[".", "_"])  # fmt: skip
 
 
