@@ -11,8 +11,9 @@ at a time, read in batches: memory does not grow with the capture's size). Local
 only: ``hdfs://`` or ``s3a://`` output is read where it is mounted.
 
 Values come back as the events had them, with two limits of the tables' map columns (``args``,
-``properties``, connection properties: strings as they are, anything else as JSON text): the arguments and properties are typed again from the spec (a field of a string type
-stays text, any other is parsed from its JSON), and the values of field tables (``headers``,
+``properties``, connection properties: strings as they are, anything else as JSON text): the
+arguments and properties are typed again from the spec (a field of a string type stays text, any
+other is parsed from its JSON), and the values of field tables (``headers``,
 ``arguments``, ``client_properties`` …) come back as their JSON text, not as nested values.
 Passwords are never in the tables. A capture the Spark job split into slices (by connection) has
 its slices' streams merged by packet number: the order within each connection is exact, the
