@@ -17,6 +17,7 @@ from amqpscope.pipeline import decode_batches
 from .common import CaptureRun, input_options, run_guarded
 from .diagnose import threshold_options, thresholds_from
 from .stats import no_validate_option, open_output, run_analysis
+from .tables import TablesRun, capture_option
 
 LADDER_STEPS = 400  # steps drawn per diagnosed connection
 LADDER_EVENTS = 50_000  # events of one diagnosed connection kept to draw it
@@ -58,9 +59,10 @@ def diagnosed_ladders(files: tuple[str, ...], capture: CaptureRun, offsets: list
 )
 @no_validate_option
 @threshold_options
+@capture_option
 def report(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], show_credentials: bool,
            output: str, no_validate: bool, **kw: Any) -> None:  # fmt: skip
-    """Write an HTML report (no external resources) of capture FILES."""
+    """Write an HTML report (no external resources) of capture FILES (or Parquet tables directories)."""
 
     def run() -> int:
         with open_output(output) as fh:
@@ -70,9 +72,13 @@ def report(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], sho
                 fh.close()
                 os.unlink(output)  # nothing could be read: no empty page left behind
                 return capture.exit_code
-            title = ", ".join("standard input" if f == "-" else os.path.basename(f) for f in files)
             report = analyzer.report()
-            ladders = diagnosed_ladders(files, capture, analyzer.diagnoser.file_offsets, report)
+            if isinstance(capture, TablesRun):
+                title = ", ".join(capture.titles)
+                ladders: dict[int, Ladder] = {}  # no second pass over tables: the causes without ladders
+            else:
+                title = ", ".join("standard input" if f == "-" else os.path.basename(f) for f in files)
+                ladders = diagnosed_ladders(files, capture, analyzer.diagnoser.file_offsets, report)
             fh.write(render_html(analyzer, report, title, ladders))
         return capture.exit_code
 

@@ -16,6 +16,7 @@ from amqpscope.output.records import dumps
 
 from .common import CaptureRun, fail, input_options, load_codec, options_from, run_guarded, validate_with
 from .diagnose import threshold_options, thresholds_from
+from .tables import capture_option, run_tables_analysis, tables_dirs
 
 F = TypeVar("F", bound=Any)
 
@@ -25,8 +26,11 @@ def run_analysis(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...
     """Decode FILES and feed every event to one Analyzer (bodies are hashed, not kept).
 
     With ``validate`` the core's findings come with the events, so they are counted by rule; the
-    core's ledger events (acks, confirms, pairs, heartbeats) come with them too."""
+    core's ledger events (acks, confirms, pairs, heartbeats) come with them too. FILES may instead
+    be directories of Parquet tables: their events are read back, not decoded (cli/tables.py)."""
     codec = load_codec(spec)
+    if tables_dirs(files):
+        return run_tables_analysis(files, codec, validate, thresholds)  # type: ignore[return-value]
     options = replace(options_from(ports, show_credentials, keep_bodies=False), ledger=True)
     capture = CaptureRun(files, codec, options)
     analyzer = Analyzer(codec.spec, ledger_in_stream=True)
@@ -79,9 +83,12 @@ def no_validate_option(f: F) -> F:
 )
 @no_validate_option
 @threshold_options
+@capture_option
 def stats(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], show_credentials: bool, fmt: str,
           output: str | None, no_validate: bool, **kw: Any) -> None:  # fmt: skip
-    """Conversation analytics of capture FILES: methods, ledgers, latencies, heartbeats, audit."""
+    """Conversation analytics of capture FILES: methods, ledgers, latencies, heartbeats, audit.
+
+    FILES may be directories of Parquet tables (``batch``, ``decode --format parquet``) instead."""
 
     def run() -> int:
         out = open_output(output) if output else sys.stdout

@@ -1,5 +1,6 @@
 """The rows the Parquet tables must hold, built independently of the code that writes them: from
-each event's ``to_record()`` (the JSON lines' dict), column by column of the declared schema. The
+each event's ``to_record()`` (the JSON lines' dict), column by column of the declared schema
+(``seq``, the event's number in its decode, is checked apart: ``check_rows``' ``seqs``). The
 core's Arrow batches (test_native_arrow), the Spark job and ``decode --format parquet``
 (test_spark) are all checked against these rows."""
 
@@ -20,6 +21,9 @@ _PROMOTED = {col: (src, key, typ) for src, pairs in (
     ("properties", schema.PROMOTED_PROPERTIES)) for key, col, typ in pairs}  # fmt: skip
 _PY = {pa.string(): str, pa.int64(): int, pa.bool_(): bool}
 MAPS = ("args", "properties", "client_properties", "server_properties")
+# Not in the rows compared: ``time`` (checked from ``ts``) and ``seq`` (numbered per capture slice:
+# a capture the Spark job splits numbers each slice's events from 0).
+UNCOMPARED = frozenset({"time", "seq"})
 
 
 def map_entries(d: dict[str, Any] | None) -> list[tuple[str, str]] | None:
@@ -41,7 +45,7 @@ def expected_row(table: schema.Table, uri: str, ev: Event) -> tuple[Any, ...]:
     out: list[Any] = []
     for f in table.schema:
         name = f.name
-        if name in schema.PARTITION_COLUMNS or name == "time":
+        if name in schema.PARTITION_COLUMNS or name in UNCOMPARED:
             continue
         if name == "capture":
             value: Any = uri
@@ -65,7 +69,7 @@ def actual_rows(table: schema.Table, rows: Iterable[dict[str, Any]]) -> list[tup
     for r in rows:
         items = []
         for f in table.schema:
-            if f.name in schema.PARTITION_COLUMNS or f.name == "time":
+            if f.name in schema.PARTITION_COLUMNS or f.name in UNCOMPARED:
                 continue
             v = r[f.name]
             if f.type == schema.MAP and v is not None:
@@ -77,10 +81,14 @@ def actual_rows(table: schema.Table, rows: Iterable[dict[str, Any]]) -> list[tup
     return out
 
 
-def check_rows(table: schema.Table, uri: str, events: list[Event], got: list[dict[str, Any]]) -> None:
+def check_rows(table: schema.Table, uri: str, events: list[Event], got: list[dict[str, Any]],
+               seqs: list[int] | None = None) -> None:  # fmt: skip
     """Row for row, in order: the values of ``to_record``, map entries in the dict's own order,
-    and ``time`` from ``ts`` (microseconds, truncated)."""
+    ``time`` from ``ts`` (microseconds, truncated) and, given ``seqs`` (each event's number in
+    the decoder's stream), ``seq``."""
     assert len(got) == len(events), f"{table.name}: {len(got)} rows for {len(events)} events"
+    if seqs is not None:
+        assert [r["seq"] for r in got] == seqs, f"{table.name}: seq"
     want = [expected_row(table, uri, ev) for ev in events]
     have = actual_rows(table, got)
     for i, (a, b) in enumerate(zip(have, want, strict=True)):

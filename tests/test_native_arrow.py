@@ -63,12 +63,23 @@ def python_events(path: Path) -> dict[str, list[Event]]:
     return by_table
 
 
-def check(have: dict[str, pa.Table], want: dict[str, list[Event]], what: str) -> None:
+def stream_seqs(path: Path) -> dict[str, list[int]]:
+    """Per table, the numbers in the decoder's stream of the events it holds: its ``seq`` column."""
+    seqs: dict[str, list[int]] = {name: [] for name in NAMES}
+    for i, ev in enumerate(decode_source(path, options=OPTIONS)):
+        name = TABLE_OF_KIND.get(ev.kind, "")
+        if name in seqs:
+            seqs[name].append(i)
+    return seqs
+
+
+def check(have: dict[str, pa.Table], want: dict[str, list[Event]], what: str,
+          seqs: dict[str, list[int]] | None = None) -> None:  # fmt: skip
     for name in NAMES:
         table = have[name]
         assert table.schema.equals(SCHEMAS[name], check_metadata=True), f"{what} {name}: schema"
         rows = table.to_pylist()
-        check_rows(TABLES[name], URI, want[name], rows)
+        check_rows(TABLES[name], URI, want[name], rows, None if seqs is None else seqs[name])
         for row in rows:
             assert (row["capture_id"], row["capture_date"]) == (CONSTANTS["capture_id"], CONSTANTS["capture_date"])
 
@@ -76,7 +87,7 @@ def check(have: dict[str, pa.Table], want: dict[str, list[Event]], what: str) ->
 @pytest.mark.parametrize("path", ALL, ids=lambda p: p.name)
 def test_core_batches_hold_the_events_records(path: Path) -> None:
     want = python_events(path)
-    check(core_tables(path), want, path.name)
+    check(core_tables(path), want, path.name, stream_seqs(path))
     assert want["events"]
 
 
@@ -84,7 +95,7 @@ def test_core_batches_hold_the_events_records(path: Path) -> None:
 def test_small_batches_concatenate_to_the_same(path: Path) -> None:
     """Many calls of a few events each (batches mixing kinds): the pieces concatenate to the
     same tables."""
-    check(core_tables(path, batch_events=7), python_events(path), path.name)
+    check(core_tables(path, batch_events=7), python_events(path), path.name, stream_seqs(path))
 
 
 def test_truncated_capture_hands_out_rows_before_the_error(tmp_path: Path) -> None:

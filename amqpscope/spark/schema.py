@@ -36,7 +36,7 @@ from amqpscope.events import (
 )
 
 SCHEMA_VERSION = 3
-SCHEMA_FINGERPRINT = "9a25532596f74c81"  # of describe(); see module doc before changing
+SCHEMA_FINGERPRINT = "7ffde4a2d6c33ce7"  # of describe(); see module doc before changing
 
 # Partition columns, last in every table: the capture's UTC day (of its first packet) and a stable
 # id of its URI. Rerunning the job over a capture overwrites exactly its partitions.
@@ -123,10 +123,16 @@ _CAPTURE = [pa.field("capture", pa.string(), nullable=False)]  # the input URI
 _PARTS = [pa.field(name, pa.string(), nullable=False) for name in PARTITION_COLUMNS]
 
 
-def _event_table(name: str, classes: tuple[type[Event], ...], promoted: bool = False) -> Table:
-    """Columns: capture, kind, the union of the classes' fields (first occurrence decides the
-    order), ``time`` after ``ts``, promoted columns, then the partition columns."""
+def _event_table(name: str, classes: tuple[type[Event], ...], promoted: bool = False, seq: bool = True) -> Table:
+    """Columns: capture, kind, ``seq``, the union of the classes' fields (first occurrence decides
+    the order), ``time`` after ``ts``, promoted columns, then the partition columns.
+
+    ``seq`` is the event's number in its decode (0, 1, … over the events of every table, per
+    capture slice): ordering the rows of all tables by it gives back the decoder's event stream,
+    which ``stats``/``report`` over the tables need (a ledger record between two frames)."""
     cols: dict[str, pa.Field] = {"capture": _CAPTURE[0], "kind": pa.field("kind", pa.string(), nullable=False)}
+    if seq:
+        cols["seq"] = pa.field("seq", pa.int64(), nullable=False)
     for cls in classes:
         for f in record_fields(cls):
             typ, nullable = arrow_type(str(f.type))
@@ -209,7 +215,7 @@ def _diagnoses_table() -> Table:
 
 def _captures_table() -> Table:
     """One row per decoded capture slice: the byte accounting plus what the task did."""
-    base = _event_table("captures", (Accounting,))
+    base = _event_table("captures", (Accounting,), seq=False)
     extra = [
         pa.field("slice", pa.int32(), nullable=False),
         pa.field("slices", pa.int32(), nullable=False),

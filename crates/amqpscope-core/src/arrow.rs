@@ -15,7 +15,9 @@
 //! - map<string,string> columns (`args`, `properties`, connection properties): strings as they
 //!   are, every other value as the JSON text `jsonl` writes for it (what rows.py's `map_items`
 //!   gets from orjson);
-//! - constant columns (capture, capture_id, capture_date) from the values given.
+//! - constant columns (capture, capture_id, capture_date) from the values given;
+//! - `seq`: the event's number in its decode (every event the decoder emitted counts, of all
+//!   kinds and tables), so that readers can restore the order of events across the tables.
 //!
 //! A column name the core does not know, or a column whose Arrow type is not the one its field
 //! has, is an error when the builder is made: schema and core cannot drift apart silently.
@@ -27,7 +29,7 @@ use arrow_array::builder::{
     ArrayBuilder, BooleanBuilder, Float64Builder, Int64Builder, ListBuilder, StringBuilder,
     TimestampMicrosecondBuilder,
 };
-use arrow_array::{Array, ArrayRef, MapArray, StringArray, StructArray};
+use arrow_array::{Array, ArrayRef, Int64Array, MapArray, StringArray, StructArray};
 use arrow_buffer::{NullBufferBuilder, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Field as ArrowField, FieldRef, TimeUnit};
 
@@ -38,7 +40,7 @@ pub use arrow_schema::{ArrowError, Schema, SchemaRef};
 
 use crate::event::{seconds, Event};
 use crate::jsonl::{write_hex, write_value};
-use crate::value::{get, Name, Table, Value};
+use crate::value::{Name, Table, Value};
 
 /// `PROMOTED_ARGS` of schema.py: the method arguments with a typed column of the same name.
 pub const PROMOTED_ARGS: [&str; 15] = [
@@ -508,11 +510,14 @@ impl Field {
 /// Where a column's values come from.
 enum Source {
     Kind,
+    /// The event's number in its decode (0, 1, … over every event the decoder emitted, of all
+    /// kinds): what restores the interleaving of events across the tables.
+    Seq,
     Const(String),
     Time,
     Field(Field),
-    /// A key of the event's `args` (false) or `properties` (true).
-    Promoted(bool, &'static str),
+    /// A promoted argument or property: its slot (`promoted_slot`).
+    Promoted(usize),
 }
 
 /// A map<string,string> column under construction.
@@ -543,8 +548,12 @@ impl MapColumn {
             Some(t) => {
                 for (name, value) in t {
                     self.keys.append_value(name);
-                    map_text(value, scratch);
-                    self.values.append_value(utf8(scratch)?);
+                    if let Value::Str(text) = value {
+                        self.values.append_value(text); // as it is: no copy through `scratch`
+                    } else {
+                        map_text(value, scratch);
+                        self.values.append_value(utf8(scratch)?);
+                    }
                 }
                 self.nulls.append_non_null();
             }
@@ -640,9 +649,14 @@ struct Column {
 impl Column {
     /// This column's values of `rows`, one tight loop per column (the source and the builder
     /// type are matched once per batch, not once per row).
-    fn append_rows(&mut self, rows: &[&Event], scratch: &mut Vec<u8>) -> Result<(), ArrowError> {
+    fn append_rows(
+        &mut self,
+        rows: &[&Event],
+        slots: &[Slots<'_>],
+        scratch: &mut Vec<u8>,
+    ) -> Result<(), ArrowError> {
         match self.source {
-            Source::Kind | Source::Const(_) => {}
+            Source::Kind | Source::Const(_) | Source::Seq => {}
             Source::Time => {
                 if let Builder::Time(b) = &mut self.builder {
                     for ev in rows {
@@ -651,7 +665,7 @@ impl Column {
                 }
             }
             Source::Field(f) => self.append_field(f, rows, scratch)?,
-            Source::Promoted(props, key) => self.append_promoted(props, key, rows),
+            Source::Promoted(slot) => self.append_promoted(slot, slots),
         }
         Ok(())
     }
@@ -748,28 +762,28 @@ impl Column {
         Ok(())
     }
 
-    /// A promoted column: the value of `key` when its type is exactly the column's, else null.
-    fn append_promoted(&mut self, props: bool, key: &str, rows: &[&Event]) {
+    /// A promoted column: the value in its slot when its type is exactly the column's, else null.
+    fn append_promoted(&mut self, slot: usize, slots: &[Slots<'_>]) {
         match &mut self.builder {
             Builder::Int(b) => {
-                for ev in rows {
-                    match promoted_value(ev, props, key) {
+                for row in slots {
+                    match row[slot] {
                         Some(Value::Int(i)) => b.append_value(*i),
                         _ => b.append_null(),
                     }
                 }
             }
             Builder::Bool(b) => {
-                for ev in rows {
-                    match promoted_value(ev, props, key) {
+                for row in slots {
+                    match row[slot] {
                         Some(Value::Bool(x)) => b.append_value(*x),
                         _ => b.append_null(),
                     }
                 }
             }
             Builder::Str(b) => {
-                for ev in rows {
-                    match promoted_value(ev, props, key) {
+                for row in slots {
+                    match row[slot] {
                         Some(Value::Str(s)) => b.append_value(s),
                         _ => b.append_null(),
                     }
@@ -780,13 +794,19 @@ impl Column {
         }
     }
 
-    fn finish(&mut self, rows: usize, kinds: &[&'static str]) -> Result<ArrayRef, ArrowError> {
+    fn finish(
+        &mut self,
+        rows: usize,
+        kinds: &[&'static str],
+        seqs: &mut Vec<i64>,
+    ) -> Result<ArrayRef, ArrowError> {
         let array: ArrayRef = match (&self.source, &mut self.builder) {
             (Source::Const(v), _) => Arc::new(StringArray::from_iter_values(std::iter::repeat_n(
                 v.as_str(),
                 rows,
             ))),
             (Source::Kind, _) => Arc::new(StringArray::from_iter_values(kinds.iter())),
+            (Source::Seq, _) => Arc::new(Int64Array::from(std::mem::take(seqs))),
             (_, Builder::Int(b)) => Arc::new(b.finish()),
             (_, Builder::Float(b)) => Arc::new(b.finish()),
             (_, Builder::Bool(b)) => Arc::new(b.finish()),
@@ -816,6 +836,10 @@ pub struct TableBuilder {
     columns: Vec<Column>,
     /// The kind of each row (the `kind` column is built from it at `finish`).
     row_kinds: Vec<&'static str>,
+    /// The event number of each row, when the schema has a `seq` column.
+    row_seqs: Vec<i64>,
+    has_seq: bool,
+    has_promoted: bool,
     scratch: Vec<u8>,
 }
 
@@ -911,6 +935,11 @@ impl TableBuilder {
                     return Err(bad_type(name, "string", dt));
                 }
                 (Source::Kind, Builder::Str(StringBuilder::new()))
+            } else if name == "seq" {
+                if dt != &DataType::Int64 {
+                    return Err(bad_type(name, "int64", dt));
+                }
+                (Source::Seq, Builder::Int(Int64Builder::new()))
             } else if name == "time" {
                 if !matches!(dt, DataType::Timestamp(TimeUnit::Microsecond, _)) {
                     return Err(bad_type(name, "timestamp[us]", dt));
@@ -921,11 +950,17 @@ impl TableBuilder {
                 )
             } else if let Some(key) = PROMOTED_ARGS.iter().find(|k| **k == name && !ledger_table) {
                 // frames' and messages' tables: these names are promoted arguments there
-                (Source::Promoted(false, key), promoted_builder(name, dt)?)
+                (
+                    Source::Promoted(slot_of(false, key)?),
+                    promoted_builder(name, dt)?,
+                )
             } else if let Some((_, field, ty)) = field_named(name, dt) {
                 (Source::Field(*field), builder_of(name, *ty, dt)?)
             } else if let Some((key, _)) = PROMOTED_PROPERTIES.iter().find(|(_, c)| *c == name) {
-                (Source::Promoted(true, key), promoted_builder(name, dt)?)
+                (
+                    Source::Promoted(slot_of(true, key)?),
+                    promoted_builder(name, dt)?,
+                )
             } else {
                 return Err(ArrowError::SchemaError(format!(
                     "column {name:?} is not known to the core (no event field, promoted argument or property, or constant of that name)"
@@ -938,11 +973,18 @@ impl TableBuilder {
                 builder,
             });
         }
+        let has_seq = columns.iter().any(|c| matches!(c.source, Source::Seq));
+        let has_promoted = columns
+            .iter()
+            .any(|c| matches!(c.source, Source::Promoted(_)));
         Ok(TableBuilder {
             schema,
             kinds: mask,
             columns,
             row_kinds: Vec::new(),
+            row_seqs: Vec::new(),
+            has_seq,
+            has_promoted,
             scratch: Vec::with_capacity(256),
         })
     }
@@ -965,9 +1007,21 @@ impl TableBuilder {
         self.kinds & kind_bit(ev) != 0
     }
 
-    /// Append the events of this table's kinds (others are passed over). After an error the
-    /// builder is in an unknown state: drop it.
-    pub fn append(&mut self, events: &[Event]) -> Result<(), ArrowError> {
+    /// Append the events of this table's kinds (others are passed over); `first_seq` is the
+    /// number of `events[0]` in its decode (the `seq` column). After an error the builder is in
+    /// an unknown state: drop it.
+    pub fn append(&mut self, events: &[Event], first_seq: u64) -> Result<(), ArrowError> {
+        if self.has_seq {
+            let first = i64::try_from(first_seq)
+                .map_err(|_| ArrowError::ComputeError("seq does not fit an int64".into()))?;
+            let mut seq = first;
+            for ev in events {
+                if self.takes(ev) {
+                    self.row_seqs.push(seq);
+                }
+                seq = seq.saturating_add(1);
+            }
+        }
         let rows: Vec<&Event> = events.iter().filter(|ev| self.takes(ev)).collect();
         if rows.is_empty() {
             return Ok(());
@@ -975,15 +1029,19 @@ impl TableBuilder {
         if self.is_empty() {
             // sized once for the rows to come, not grown by doubling (and copying) row by row
             for col in &mut self.columns {
-                if !matches!(col.source, Source::Kind | Source::Const(_)) {
+                if !matches!(col.source, Source::Kind | Source::Const(_) | Source::Seq) {
                     col.builder = col.builder.fresh(rows.len());
                 }
             }
         }
         // column by column over chunks of rows small enough to stay in cache
+        let mut slots: Vec<Slots<'_>> = Vec::with_capacity(CHUNK_ROWS);
         for chunk in rows.chunks(CHUNK_ROWS) {
+            if self.has_promoted {
+                fill_slots(chunk, &mut slots);
+            }
             for col in &mut self.columns {
-                col.append_rows(chunk, &mut self.scratch)?;
+                col.append_rows(chunk, &slots, &mut self.scratch)?;
             }
         }
         self.row_kinds.extend(rows.iter().map(|ev| ev.kind()));
@@ -995,9 +1053,10 @@ impl TableBuilder {
         let rows = self.row_kinds.len();
         let mut arrays = Vec::with_capacity(self.columns.len());
         for col in &mut self.columns {
-            arrays.push(col.finish(rows, &self.row_kinds)?);
+            arrays.push(col.finish(rows, &self.row_kinds, &mut self.row_seqs)?);
         }
         self.row_kinds.clear();
+        self.row_seqs.clear();
         RecordBatch::try_new(self.schema.clone(), arrays)
     }
 }
@@ -1011,16 +1070,78 @@ fn promoted_builder(name: &str, dt: &DataType) -> Result<Builder, ArrowError> {
     }
 }
 
-/// The value of `key` in an event's args (`props` false) or properties (true).
-fn promoted_value<'e>(ev: &'e Event, props: bool, key: &str) -> Option<&'e Value> {
-    let table = match (ev, props) {
-        (Event::Frame(e), false) => e.args.as_ref(),
-        (Event::Frame(e), true) => e.properties.as_ref(),
-        (Event::Message(e), false) => Some(&e.args),
-        (Event::Message(e), true) => Some(&e.properties),
+/// Slots of the promoted arguments (0..15, `PROMOTED_ARGS` order) and properties (15..26,
+/// `PROMOTED_PROPERTIES` order) of one row.
+const SLOTS: usize = PROMOTED_ARGS.len() + PROMOTED_PROPERTIES.len();
+type Slots<'e> = [Option<&'e Value>; SLOTS];
+
+/// The slot of a promoted argument (`props` false) or property (true) by its key: one `match`
+/// per map entry instead of a search of the map per promoted column.
+fn promoted_slot(props: bool, key: &str) -> Option<usize> {
+    let n = PROMOTED_ARGS.len();
+    if props {
+        return match key {
+            "content_type" => Some(n),
+            "content_encoding" => Some(n + 1),
+            "delivery_mode" => Some(n + 2),
+            "priority" => Some(n + 3),
+            "correlation_id" => Some(n + 4),
+            "reply_to" => Some(n + 5),
+            "expiration" => Some(n + 6),
+            "message_id" => Some(n + 7),
+            "type" => Some(n + 8),
+            "user_id" => Some(n + 9),
+            "app_id" => Some(n + 10),
+            _ => None,
+        };
+    }
+    match key {
+        "exchange" => Some(0),
+        "routing_key" => Some(1),
+        "queue" => Some(2),
+        "consumer_tag" => Some(3),
+        "delivery_tag" => Some(4),
+        "multiple" => Some(5),
+        "requeue" => Some(6),
+        "redelivered" => Some(7),
+        "mandatory" => Some(8),
+        "no_ack" => Some(9),
+        "reply_code" => Some(10),
+        "reply_text" => Some(11),
+        "message_count" => Some(12),
+        "consumer_count" => Some(13),
+        "prefetch_count" => Some(14),
         _ => None,
-    };
-    table.and_then(|t| get(t, key))
+    }
+}
+
+fn slot_of(props: bool, key: &str) -> Result<usize, ArrowError> {
+    promoted_slot(props, key)
+        .ok_or_else(|| ArrowError::SchemaError(format!("promoted {key:?} has no slot")))
+}
+
+/// The promoted values of `rows` into `out`, one `Slots` per row: the first entry of each key, as
+/// `value::get` finds it.
+fn fill_slots<'e>(rows: &[&'e Event], out: &mut Vec<Slots<'e>>) {
+    out.clear();
+    for ev in rows {
+        let mut slots: Slots<'e> = [None; SLOTS];
+        let (args, props) = match ev {
+            Event::Frame(e) => (e.args.as_ref(), e.properties.as_ref()),
+            Event::Message(e) => (Some(&e.args), Some(&e.properties)),
+            _ => (None, None),
+        };
+        for (table, is_props) in [(args, false), (props, true)] {
+            for (name, value) in table.into_iter().flatten() {
+                if let Some(i) = promoted_slot(is_props, name) {
+                    if slots[i].is_none() {
+                        slots[i] = Some(value);
+                    }
+                }
+            }
+        }
+        out.push(slots);
+    }
 }
 
 /// A batch as the Arrow C data interface's array and schema (a struct array of the columns):
@@ -1057,9 +1178,10 @@ impl Tables {
         Ok(Tables { tables: out })
     }
 
-    pub fn append(&mut self, events: &[Event]) -> Result<(), ArrowError> {
+    /// `first_seq`: the number of `events[0]` in its decode (see `TableBuilder::append`).
+    pub fn append(&mut self, events: &[Event], first_seq: u64) -> Result<(), ArrowError> {
         for (_, t) in &mut self.tables {
-            t.append(events)?;
+            t.append(events, first_seq)?;
         }
         Ok(())
     }
@@ -1219,6 +1341,18 @@ mod tests {
     }
 
     #[test]
+    fn promoted_slots_follow_the_lists() {
+        for (i, key) in PROMOTED_ARGS.iter().enumerate() {
+            assert_eq!(promoted_slot(false, key), Some(i));
+            assert_eq!(promoted_slot(true, key), None);
+        }
+        for (i, (key, _)) in PROMOTED_PROPERTIES.iter().enumerate() {
+            assert_eq!(promoted_slot(true, key), Some(PROMOTED_ARGS.len() + i));
+        }
+        assert_eq!(promoted_slot(false, "ticket"), None);
+    }
+
+    #[test]
     fn unknown_kind_is_an_error() {
         assert!(TableBuilder::new(schema(&[]), &["no-such-kind"], &CONSTANTS).is_err());
     }
@@ -1280,8 +1414,12 @@ mod tests {
             Event::Message(Box::new(message)),
             Event::Gap(gap),
         ];
-        let mut b = TableBuilder::new(schema(&[]), &["frame", "gap"], &CONSTANTS)?;
-        b.append(&events)?;
+        let mut b = TableBuilder::new(
+            schema(&[("seq", DataType::Int64)]),
+            &["frame", "gap"],
+            &CONSTANTS,
+        )?;
+        b.append(&events, 10)?;
         assert_eq!(b.len(), 2); // the message is not of this table's kinds
         let batch = b.finish()?;
         assert!(b.is_empty());
@@ -1308,6 +1446,8 @@ mod tests {
         );
         assert_eq!(strings("kind"), [some("frame"), some("gap")]);
         assert_eq!(ints("packet"), [Some(3), Some(4)]);
+        // numbered among all the events given, the message (another table's) included
+        assert_eq!(ints("seq"), [Some(10), Some(12)]);
         assert_eq!(ints("size"), [Some(20), Some(100)]);
         assert_eq!(strings("method"), [some("basic.publish"), None]);
         assert_eq!(strings("lost_frame"), [None, some("body")]);
@@ -1350,7 +1490,7 @@ mod tests {
             lost_frame: None,
         };
         let mut b = TableBuilder::new(schema(&[]), &["gap"], &CONSTANTS)?;
-        assert!(b.append(&[Event::Gap(gap)]).is_err());
+        assert!(b.append(&[Event::Gap(gap)], 0).is_err());
         Ok(())
     }
 }

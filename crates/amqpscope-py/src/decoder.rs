@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use amqpscope_core::capture::CaptureError;
@@ -26,6 +27,8 @@ const BATCH_EVENTS: usize = 4096;
 #[pyclass(frozen, module = "amqpscope._native")]
 pub struct Decoder {
     run: Mutex<Run>,
+    /// Events handed out by `arrow` so far: the `seq` of the next one.
+    seq: AtomicU64,
 }
 
 pub fn body_mode(body: &str) -> PyResult<BodyMode> {
@@ -173,6 +176,7 @@ impl Decoder {
         let reader = crate::source::open(py, source, &limits)?;
         Ok(Decoder {
             run: Mutex::new(Run::new(reader, engine, max_packets)),
+            seq: AtomicU64::new(0),
         })
     }
 
@@ -240,10 +244,11 @@ impl Decoder {
         let Some(events) = self.batch(py, batch_events.max(1))? else {
             return Ok(None);
         };
+        let first_seq = self.seq.fetch_add(events.len() as u64, Ordering::Relaxed);
         let built = py
             .detach(move || {
                 catch_unwind(AssertUnwindSafe(|| {
-                    builders.append(&events)?;
+                    builders.append(&events, first_seq)?;
                     builders.finish()
                 }))
             })
@@ -269,10 +274,11 @@ impl Decoder {
         let Some(events) = self.batch(py, batch_events.max(1))? else {
             return Ok(None);
         };
+        let first_seq = self.seq.fetch_add(events.len() as u64, Ordering::Relaxed);
         let (built, events) = py
             .detach(move || {
                 catch_unwind(AssertUnwindSafe(|| {
-                    builders.append(&events)?;
+                    builders.append(&events, first_seq)?;
                     builders.finish().map(|b| (b, events))
                 }))
             })
