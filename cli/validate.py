@@ -11,10 +11,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from amqpscope.diagnose import Diagnoser
 from amqpscope.events import Finding
 from amqpscope.output.records import dumps
-from amqpscope.validate.findings import RANK, SEVERITIES, at_or_above
+from amqpscope.validate.findings import RANK, SEVERITIES, at_or_above, tolerated
 
 from .common import EXIT_FINDINGS, CaptureRun, input_options, load_codec, options_from, run_guarded, validate_with
 
@@ -103,21 +102,11 @@ def validate(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], s
         counts: dict[str, int] = {}
         failing = False
         quirks = 0
-        # the diagnoser knows what the broker accepts (one table, validate/findings.py) and the
-        # context some entries need (was a channel open when TCP ended): it reads the events the
-        # findings are about; --strict needs the findings alone
-        diag = None if strict else Diagnoser()
-        seen = 0
-        for ev in capture.events(kinds=("finding",) if strict else Diagnoser.READS):
-            if diag is not None:
-                if len(capture.stats) != seen:
-                    seen = len(capture.stats)
-                    diag.next_file(None)
-                diag.feed(ev)
-            if type(ev) is not Finding:
-                continue
-            f: Finding = ev
-            quirk = diag.quirk_of(f) if diag is not None else None
+        for ev in capture.events(kinds=("finding",)):
+            f: Finding = ev  # type: ignore[assignment]
+            # what the broker accepts is one table beside the rule ids (validate/findings.py)
+            tolerance = None if strict else tolerated(f)
+            quirk = tolerance.id if tolerance is not None else None
             if not at_or_above(f.severity, min_severity):
                 continue
             path = capture.stats[-1][0] if capture.stats else ""

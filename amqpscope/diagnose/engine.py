@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from ..events import S2C, Connection, Event, Finding
-from ..validate.findings import Tolerated, tolerated
+from ..validate.findings import tolerated
 from . import closes, flow, ledger, network
 from .facts import Collector, ConnFacts
 from .model import CONNECTION, Diagnosis, Quirk, Thresholds, ranked
@@ -85,19 +85,8 @@ class Diagnoser:
     def quirk_list(self) -> list[Quirk]:
         return sorted(self.quirks.values(), key=lambda q: (q.library, -q.count, q.quirk))
 
-    def quirk_of(self, f: Finding) -> str | None:
-        """The quirk id when finding ``f`` is a deviation the broker accepts (``f`` and the events
-        of its connection before it must have been fed)."""
-        t = self._tolerance(f)
-        return t.id if t is not None else None
-
-    def _tolerance(self, f: Finding) -> Tolerated | None:
-        facts = self.col.conns.get(f.conn)
-        idle = facts is not None and not facts.open_channels
-        return tolerated(f, idle)
-
     def _quirk(self, f: Finding) -> None:
-        t = self._tolerance(f)
+        t = tolerated(f)
         if t is None:
             return
         facts = self.col.facts(f)

@@ -118,8 +118,8 @@ def _spec_rules(spec: Spec):  # type: ignore[no-untyped-def]
 @dataclass(frozen=True, slots=True)
 class Tolerated:
     """A spec deviation the broker accepts: findings of ``rules`` (whose message contains
-    ``contains``, when given) are quirks, not causes. ``when`` narrows it further: ``"unanswered"``
-    only when the peer did not close in reaction, ``"idle"`` only when no channel was open."""
+    ``contains``, when given) are quirks, not causes. ``when="unanswered"`` narrows it further: only
+    when the peer did not close in reaction."""
 
     id: str
     rules: tuple[str, ...]
@@ -163,7 +163,7 @@ BROKER_TOLERATES: tuple[Tolerated, ...] = (
     Tolerated("tcp-close-without-close", ("connection.close.missing",),
               "the client ends TCP without connection.close after closing its channels",
               f"{_OBSERVED}: RabbitMQ logs 'client unexpectedly closed TCP connection' and frees the connection "
-              "(s02 pika)", when="idle"),
+              "(s02 pika)", contains="with no channel open"),
     Tolerated("close-during-handshake", ("connection.close.handshake",),
               "the broker sends connection.close during the handshake instead of closing the socket",
               "rabbit_reader: clients announcing authentication_failure_close get a connection.close "
@@ -171,15 +171,13 @@ BROKER_TOLERATES: tuple[Tolerated, ...] = (
 )  # fmt: skip
 
 
-def tolerated(f: Finding, idle: bool | None = None) -> Tolerated | None:
-    """The table entry that makes finding ``f`` a quirk, or None (``idle``: no channel was open on
-    its connection when it was reported; None when unknown, which never matches ``when="idle"``)."""
+def tolerated(f: Finding) -> Tolerated | None:
+    """The table entry that makes finding ``f`` a quirk, or None: the finding alone decides (the
+    core's messages carry what an entry needs, e.g. whether channels were open at a TCP close)."""
     for t in BROKER_TOLERATES:
         if f.rule not in t.rules or (t.contains is not None and t.contains not in f.message):
             continue
         if t.when == "unanswered" and f.peer_reaction is not None and "no close" not in f.peer_reaction:
-            continue
-        if t.when == "idle" and not idle:
             continue
         return t
     return None

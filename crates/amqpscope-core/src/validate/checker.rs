@@ -279,7 +279,16 @@ impl Checker {
                 }
             }
             if found.is_empty() && cs.opened && (ended == "fin" || ended == "rst") {
-                // dropping TCP instead of close-connection is common and harmless: a warning
+                // dropping TCP instead of close-connection is common and harmless: a warning.
+                // Whether channels were still open says whether work was cut off (the broker
+                // tolerates an idle client doing it): part of the message, so that the finding
+                // alone tells a quirk from a cause.
+                let open = cs.chans.iter().filter(|(_, ch)| ch.open).count();
+                let channels = match open {
+                    0 => "with no channel open".to_string(),
+                    1 => "with 1 channel open".to_string(),
+                    n => format!("with {n} channels open"),
+                };
                 found.push(Finding {
                     base: Base {
                         packet: b.packet,
@@ -290,7 +299,9 @@ impl Checker {
                     },
                     rule: "connection.close.missing".into(),
                     severity: WARNING,
-                    message: format!("the connection ended ({ended}) without connection.close"),
+                    message: format!(
+                        "the connection ended ({ended}) without connection.close, {channels}"
+                    ),
                     packets: vec![b.packet],
                     ..Finding::default()
                 });
