@@ -104,9 +104,11 @@ impl Engine {
     }
 
     fn run_ledger(&mut self, limits: &Limits) {
-        if self.ledger.is_none() {
-            self.ledger = Some(Ledger::new(self.session.codec().tables(), limits));
-        }
+        let ledger = self
+            .ledger
+            .get_or_insert_with(|| Ledger::new(self.session.codec().tables(), limits));
+        // records nobody reads are not made: without emission the validator needs verdicts only
+        ledger.set_records(self.emit_ledger);
     }
 
     pub fn with_select(mut self, select: Select) -> Engine {

@@ -14,6 +14,7 @@ pub mod engine;
 pub mod event;
 pub mod fieldtable;
 pub mod frames;
+pub mod fxhash;
 pub mod jsonl;
 pub mod ledger;
 pub mod limits;

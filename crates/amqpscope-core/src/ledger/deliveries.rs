@@ -13,7 +13,9 @@
 //! counts consumer deliveries only (basic.get is not limited by prefetch); basic.qos has
 //! RabbitMQ's meaning: `global=0` limits consumers started after it, `global=1` the channel.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
+
+use crate::fxhash::FxHashMap as HashMap;
 
 use super::{base_of, name, since, Method, Names, Outcome};
 use crate::event::{Base, Dir, Entry};
@@ -111,18 +113,21 @@ pub(crate) struct Deliveries {
     channels: u64,
     max_channels: u64,
     max_queue: usize,
+    /// Every record (stats, `--ledger`), or only the verdicts the validator reads.
+    pub records: bool,
 }
 
 impl Deliveries {
     pub fn new(limits: &Limits, names: &Names) -> Deliveries {
         Deliveries {
-            conns: HashMap::new(),
+            conns: HashMap::default(),
             names: names.clone(),
             tracked: 0,
             max_tracked: limits.ledger_tracked,
             channels: 0,
             max_channels: limits.ledger_channels,
             max_queue: limits.ledger_queue,
+            records: true,
         }
     }
 
@@ -221,9 +226,12 @@ impl Deliveries {
         let full = self.tracked >= self.max_tracked;
         // after a gap acks may be missing: whether a delivery is over the limit is unknown
         let gapped = self.conns.get(&m.conn).is_some_and(|c| c.gapped);
-        let names = self.names.clone();
         let mut rec = m.record(Entry::Deliver);
-        rec.method = Some(if via_get { names.get_ok } else { names.deliver });
+        rec.method = Some(if via_get {
+            self.names.get_ok.clone()
+        } else {
+            self.names.deliver.clone()
+        });
         rec.tag = Some(tag);
         rec.redelivered = redelivered;
         let Some(ch) = self.chan(m.conn, m.channel) else {
@@ -235,19 +243,24 @@ impl Deliveries {
         if ch.first_tag == 0 {
             ch.first_tag = tag;
         }
-        let consumer_tag = (!via_get).then(|| m.str("consumer_tag").to_owned());
-        let no_ack = match &consumer_tag {
+        let consumer_tag = (!via_get).then(|| m.str("consumer_tag"));
+        let no_ack = match consumer_tag {
             None => ch.pending_get_no_ack.pop_front().unwrap_or(false),
             Some(t) => {
-                // consume-ok not seen (the capture started later): assume manual acks
-                let prefetch = ch.prefetch;
-                let c = ch.consumers.entry(t.clone()).or_insert(Consumer {
-                    no_ack: false,
-                    prefetch,
-                    in_flight: 0,
-                    max_in_flight: 0,
-                    delivered: 0,
-                });
+                if !ch.consumers.contains_key(t) {
+                    // consume-ok not seen (the capture started later): assume manual acks
+                    let c = Consumer {
+                        no_ack: false,
+                        prefetch: ch.prefetch,
+                        in_flight: 0,
+                        max_in_flight: 0,
+                        delivered: 0,
+                    };
+                    ch.consumers.insert(t.to_owned(), c);
+                }
+                let Some(c) = ch.consumers.get_mut(t) else {
+                    return;
+                };
                 c.delivered += 1;
                 rec.limit = Some(if ch.global_prefetch > 0 {
                     ch.global_prefetch
@@ -257,17 +270,21 @@ impl Deliveries {
                 c.no_ack
             }
         };
-        rec.consumer_tag = consumer_tag.as_deref().map(name);
+        rec.consumer_tag = consumer_tag.map(name);
         if no_ack {
             rec.outcome = Some("no-ack");
             rec.in_flight = Some(ch.in_flight);
-            out.push(rec);
+            if self.records {
+                out.push(rec);
+            }
             return;
         }
         if full {
             ch.untracked = true;
             rec.outcome = Some("untracked");
-            out.push(rec);
+            if self.records {
+                out.push(rec);
+            }
             return;
         }
         let d = Delivery {
@@ -295,7 +312,7 @@ impl Deliveries {
             return;
         };
         rec.outcome = Some("unacked");
-        if let Some(t) = &consumer_tag {
+        if let Some(t) = consumer_tag {
             let global = ch.global_prefetch > 0 && ch.in_flight >= ch.global_prefetch;
             if let Some(c) = ch.consumers.get_mut(t) {
                 if !gapped && (global || (c.prefetch > 0 && c.in_flight >= c.prefetch)) {
@@ -307,7 +324,9 @@ impl Deliveries {
             ch.in_flight += 1;
         }
         rec.in_flight = Some(ch.in_flight);
-        out.push(rec);
+        if self.records || rec.outcome == Some("over prefetch") {
+            out.push(rec);
+        }
         at_limit(ch, m.base, out);
     }
 
@@ -372,7 +391,7 @@ impl Deliveries {
             return;
         }
         self.tracked = self.tracked.saturating_sub(ack.items.len() as u64);
-        apply(ch, m.base, ack, out);
+        apply(ch, m.base, ack, self.records, out);
     }
 
     /// Why a tag that is not outstanding on its channel was named.
@@ -443,7 +462,7 @@ impl Deliveries {
         };
         for a in std::mem::take(&mut ch.tx_acks) {
             self.tracked = self.tracked.saturating_sub(a.items.len() as u64);
-            apply(ch, m.base, a, out);
+            apply(ch, m.base, a, self.records, out);
         }
     }
 
@@ -578,13 +597,17 @@ fn bad(m: &Method<'_>, method: Name, tag: u64, multiple: bool, why: &'static str
 }
 
 /// One settle record per delivery an ack (or a committed transaction's ack) settled.
-fn apply(ch: &mut Chan, at: &Base, a: TxAck, out: &mut Vec<Outcome>) {
+/// `records`: a settle record per delivery, or (for the validator alone) none: only verdicts.
+fn apply(ch: &mut Chan, at: &Base, a: TxAck, records: bool, out: &mut Vec<Outcome>) {
     for (tag, d) in a.items {
         if let Some(t) = &d.consumer {
             if let Some(c) = ch.consumers.get_mut(&**t) {
                 c.in_flight = c.in_flight.saturating_sub(1);
             }
             ch.in_flight = ch.in_flight.saturating_sub(1);
+        }
+        if !records {
+            continue;
         }
         let mut rec = Outcome::new(base_of(at, at.channel, Some(Dir::C2S)), Entry::Settle);
         rec.method = Some(a.method.clone());

@@ -8,7 +8,7 @@
 //! When the connection ends each direction gets a `heartbeat` summary, with the silence that ran
 //! into a TCP end (FIN, RST, end of capture) apart, since that silence is what closed it.
 
-use std::collections::HashMap;
+use crate::fxhash::FxHashMap as HashMap;
 
 use super::{base_of, since, Outcome};
 use crate::event::{Base, Dir, Entry, Frame};

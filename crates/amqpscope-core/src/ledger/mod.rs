@@ -135,6 +135,15 @@ impl Ledger {
         }
     }
 
+    /// Every record (true, the default), or only the verdicts (bad acks, bad confirms, deliveries
+    /// over the prefetch limit): what the validator reads when nobody asked for the ledger's
+    /// events. The millions of settle, deliver and confirm records of a busy capture are then
+    /// never made.
+    pub fn set_records(&mut self, all: bool) {
+        self.deliveries.records = all;
+        self.confirms.records = all;
+    }
+
     /// What `ev` settles, releases, answers or proves missing, appended to `out`.
     pub fn feed(&mut self, ev: &Event, out: &mut Vec<Outcome>) {
         match ev {

@@ -7,7 +7,9 @@
 //! no-wait bit set expects nothing. A channel.close or connection.close from the peer ends the
 //! waiting (an error answer); the end of the connection leaves the rest unanswered.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
+
+use crate::fxhash::FxHashMap as HashMap;
 
 use super::{base_of, since, Method, Outcome};
 use crate::event::{Base, Dir, Entry};
@@ -40,7 +42,7 @@ pub(crate) struct Pairing {
 
 impl Pairing {
     pub fn new(tables: &SpecTables, limits: &Limits) -> Pairing {
-        let mut requests = HashMap::new();
+        let mut requests = HashMap::default();
         let mut replies = HashSet::new();
         for m in tables.methods() {
             if m.synchronous && !m.responses.is_empty() {
@@ -62,7 +64,7 @@ impl Pairing {
         Pairing {
             requests,
             replies,
-            pending: HashMap::new(),
+            pending: HashMap::default(),
             names,
             max_queue: limits.ledger_queue,
             waiting: 0,

@@ -12,7 +12,7 @@ pub mod asserts;
 pub mod catalogue;
 pub mod checker;
 pub mod frames;
-pub mod fxhash;
+pub(crate) use crate::fxhash;
 pub mod grammar;
 pub mod pairing;
 pub(crate) use crate::pyrepr;

@@ -1,7 +1,7 @@
-//! A small multiplicative hasher (rustc's FxHash) for the validator's maps whose keys are the
-//! spec's own names, automaton terminals, connection ids or (direction, channel) pairs: bounded
-//! key sets nobody on the wire chooses, hashed several times per frame, where SipHash's DoS
-//! resistance buys nothing and costs a tenth of the validator's time.
+//! A small multiplicative hasher (rustc's FxHash) for the validator's and the ledger's maps whose
+//! keys are the spec's own names, automaton terminals, connection ids or (direction, channel)
+//! pairs: bounded key sets nobody on the wire chooses, hashed several times per frame, where
+//! SipHash's DoS resistance buys nothing and costs a tenth of the validator's time.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
