@@ -33,6 +33,8 @@ struct Delivery {
 }
 
 struct Consumer {
+    /// The tag as records carry it, made once per consumer (not once per delivery).
+    name: Name,
     no_ack: bool,
     /// The consumer's own limit (basic.qos global=0 before it started); 0 = none.
     prefetch: u64,
@@ -250,6 +252,7 @@ impl Deliveries {
                 if !ch.consumers.contains_key(t) {
                     // consume-ok not seen (the capture started later): assume manual acks
                     let c = Consumer {
+                        name: name(t),
                         no_ack: false,
                         prefetch: ch.prefetch,
                         in_flight: 0,
@@ -262,6 +265,7 @@ impl Deliveries {
                     return;
                 };
                 c.delivered += 1;
+                rec.consumer_tag = Some(c.name.clone());
                 rec.limit = Some(if ch.global_prefetch > 0 {
                     ch.global_prefetch
                 } else {
@@ -270,7 +274,6 @@ impl Deliveries {
                 c.no_ack
             }
         };
-        rec.consumer_tag = consumer_tag.map(name);
         if no_ack {
             rec.outcome = Some("no-ack");
             rec.in_flight = Some(ch.in_flight);
@@ -576,8 +579,9 @@ fn add_consumer(ch: &mut Chan, tag: String, no_ack: bool, max: usize) {
     }
     let prefetch = ch.prefetch;
     ch.consumers.insert(
-        tag,
+        tag.clone(),
         Consumer {
+            name: name(&tag),
             no_ack,
             prefetch,
             in_flight: 0,
