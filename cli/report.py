@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import click
@@ -23,32 +25,40 @@ LADDER_STEPS = 400  # steps drawn per diagnosed connection
 LADDER_EVENTS = 50_000  # events of one diagnosed connection kept to draw it
 
 
-def diagnosed_ladders(files: tuple[str, ...], capture: CaptureRun, offsets: list[int],
+def diagnosed_ladders(sources: list[Callable[[], Iterable[Event]] | None], offsets: list[int],
                       report: dict[str, Any]) -> dict[int, Ladder]:  # fmt: skip
-    """The ladders of the connections a cause names, from a second pass over their files (the
-    first pass keeps no frames: only once it ends is it known which connections matter)."""
-    wanted: dict[int, set[int]] = {}  # file index → its own connection ids
+    """The ladders of the connections a cause names, from a second pass over their inputs (the
+    first pass keeps no frames: only once it ends is it known which connections matter).
+    ``sources[i]`` reads input i's events again (None: it cannot be read twice)."""
+    wanted: dict[int, set[int]] = {}  # input index → its own connection ids
     for c in report["diagnosis"]["causes"]:
         i = max(j for j, off in enumerate(offsets) if off <= c["conn"])
         wanted.setdefault(i, set()).add(c["conn"] - offsets[i])
     ladders: dict[int, Ladder] = {}
     for i, conns in sorted(wanted.items()):
-        if i >= len(files) or files[i] == "-":
-            continue  # standard input cannot be read twice
+        read = sources[i] if i < len(sources) else None
+        if read is None:
+            continue
         kept: dict[int, list[Event]] = {c: [] for c in conns}
-        # the first pass already reported this file's capture error, if any: the events before it
-        # are all there is, and the error is not said twice
+        # the first pass already reported this input's error, if any: the events before it are
+        # all there is, and the error is not said twice
         with contextlib.suppress(CaptureError):
-            for batch in decode_batches(files[i], capture.codec, capture.options):
-                for ev in batch:
-                    bucket = kept.get(ev.conn)
-                    if bucket is not None and len(bucket) < LADDER_EVENTS:
-                        bucket.append(ev)
+            for ev in read():
+                bucket = kept.get(ev.conn)
+                if bucket is not None and len(bucket) < LADDER_EVENTS:
+                    bucket.append(ev)
         for conn, evs in kept.items():
             ladder = build(evs, conn, limit=LADDER_STEPS)
             if ladder is not None:
                 ladders[conn + offsets[i]] = ladder
     return ladders
+
+
+def _capture_sources(files: tuple[str, ...], capture: CaptureRun) -> list[Callable[[], Iterable[Event]] | None]:
+    def again(path: str) -> Iterable[Event]:
+        return (ev for batch in decode_batches(path, capture.codec, capture.options) for ev in batch)
+
+    return [None if f == "-" else functools.partial(again, f) for f in files]  # stdin cannot be read twice
 
 
 @click.command()
@@ -73,12 +83,14 @@ def report(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], sho
                 os.unlink(output)  # nothing could be read: no empty page left behind
                 return capture.exit_code
             report = analyzer.report()
+            sources: list[Callable[[], Iterable[Event]] | None]
             if isinstance(capture, TablesRun):
                 title = ", ".join(capture.titles)
-                ladders: dict[int, Ladder] = {}  # no second pass over tables: the causes without ladders
+                sources = list(capture.read_again)
             else:
                 title = ", ".join("standard input" if f == "-" else os.path.basename(f) for f in files)
-                ladders = diagnosed_ladders(files, capture, analyzer.diagnoser.file_offsets, report)
+                sources = _capture_sources(files, capture)
+            ladders = diagnosed_ladders(sources, analyzer.diagnoser.file_offsets, report)
             fh.write(render_html(analyzer, report, title, ladders))
         return capture.exit_code
 

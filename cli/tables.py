@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import click
@@ -10,6 +12,7 @@ import click
 from amqpscope.analysis.stats import Analyzer
 from amqpscope.diagnose import Diagnoser, Thresholds
 from amqpscope.dissect.codec import Codec
+from amqpscope.events import Event
 
 from .common import fail
 
@@ -47,6 +50,7 @@ class TablesRun:
         self.error: str | None = None
         self.exit_code = 0
         self.titles: list[str] = []
+        self.read_again: list[Callable[[], Iterator[Event]]] = []  # each capture's events, in order
 
 
 def run_tables_analysis(dirs: tuple[str, ...], codec: Codec, validate: bool,
@@ -69,6 +73,7 @@ def run_tables_analysis(dirs: tuple[str, ...], codec: Codec, validate: bool,
                     analyzer.next_file()
                 first = False
                 run.titles.append(cap.capture.rsplit("/", 1)[-1])
+                run.read_again.append(functools.partial(capture_events, root, cap, codec.spec, findings=validate))
                 for ev in capture_events(root, cap, codec.spec, findings=validate):
                     analyzer.feed(ev)
                 if cap.error is not None:
