@@ -15,7 +15,7 @@ import amqpscope
 from amqpscope.analysis import analyse
 from amqpscope.events import Ledger
 from amqpscope.pipeline import Options, decode_source
-from amqpscope.testing.synth import Capture
+from amqpscope.testing.synth import ack_above_the_delivered_tags
 from cli.main import cli
 
 from .oracle import request_latencies, rows
@@ -28,24 +28,9 @@ def _stats_json(path: Path) -> dict[str, Any]:
 
 
 def _ack_past_the_last_delivery(tmp_path: Path) -> tuple[Path, int]:
-    """Tags 1-3 delivered, then ``basic.ack multiple=1 delivery-tag=5``: RabbitMQ closes the
-    channel with 406 PRECONDITION_FAILED "unknown delivery tag 5"."""
-    cap = Capture()
-    c = cap.connection()
-    c.handshake()
-    c.open_channel(1)
-    c.client(1, "basic.consume", queue="q", consumer_tag="ctag")
-    c.server(1, "basic.consume-ok", consumer_tag="ctag")
-    for tag in (1, 2, 3):
-        c.deliver(1, tag)
-    bad = c.client(1, "basic.ack", delivery_tag=5, multiple=True)
-    c.server(1, "channel.close", reply_code=406, reply_text="PRECONDITION_FAILED - unknown delivery tag 5",
-             class_id=60, method_id=80)  # fmt: skip
-    c.client(1, "channel.close-ok")
-    c.close()
+    """Tags 1-3 delivered, then ``basic.ack multiple=1 delivery-tag=5`` (synth's capture)."""
     path = tmp_path / "ack5.pcap"
-    cap.write(str(path))
-    return path, bad
+    return path, ack_above_the_delivered_tags(str(path))
 
 
 def test_ack_multiple_past_the_last_delivery_in_stats(tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ from click.testing import CliRunner
 from conftest import CAPTURES
 from test_validate_findings_golden import VARIANTS
 
-from amqpscope.testing.synth import Capture
+from amqpscope.testing.synth import ack_above_the_delivered_tags
 from cli.main import cli
 
 SHARED = sorted(CAPTURES.glob("*.pcap")) if CAPTURES.is_dir() else []
@@ -87,28 +87,11 @@ def _agree(path: Path) -> dict[str, int]:
 # --- the motivating case --------------------------------------------------------------------------------
 
 
-def _ack_above_the_delivered_tags(path: Path) -> int:
-    """Deliveries 1-3, then basic.ack multiple=1 delivery-tag=5: RabbitMQ closes the channel 406."""
-    cap = Capture()
-    c = cap.connection()
-    c.handshake()
-    c.open_channel(1)
-    c.client(1, "basic.consume", queue="q", consumer_tag="ctag")
-    c.server(1, "basic.consume-ok", consumer_tag="ctag")
-    for tag in (1, 2, 3):
-        c.deliver(1, tag)
-    ack = c.client(1, "basic.ack", delivery_tag=5, multiple=True)
-    c.server(1, "channel.close", reply_code=406, class_id=60, method_id=80,
-             reply_text="PRECONDITION_FAILED - unknown delivery tag 5")  # fmt: skip
-    c.client(1, "channel.close-ok")
-    c.close()
-    cap.write(str(path))
-    return ack
 
 
 def test_an_ack_above_the_delivered_tags_is_reported_by_validate_and_stats(tmp_path: Path) -> None:
     path = tmp_path / "ack-multiple-5.pcap"
-    ack = _ack_above_the_delivered_tags(path)
+    ack = ack_above_the_delivered_tags(str(path))
     found = [f for f in _validate(path) if f["rule"] == "basic.ack.multiple.exists"]
     assert len(found) == 1, found
     f = found[0]

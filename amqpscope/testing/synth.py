@@ -165,3 +165,24 @@ class SynthConn:
 
     def fin(self) -> None:
         self.cap._add(self.tcp.fin())
+
+
+def ack_above_the_delivered_tags(path: str) -> int:
+    """Write the capture issue 16 names: deliveries 1-3, then ``basic.ack multiple=1
+    delivery-tag=5``, which RabbitMQ answers with channel.close 406 "unknown delivery tag 5".
+    Returns the packet of that ack."""
+    cap = Capture()
+    c = cap.connection()
+    c.handshake()
+    c.open_channel(1)
+    c.client(1, "basic.consume", queue="q", consumer_tag="ctag")
+    c.server(1, "basic.consume-ok", consumer_tag="ctag")
+    for tag in (1, 2, 3):
+        c.deliver(1, tag)
+    ack = c.client(1, "basic.ack", delivery_tag=5, multiple=True)
+    c.server(1, "channel.close", reply_code=406, class_id=60, method_id=80,
+             reply_text="PRECONDITION_FAILED - unknown delivery tag 5")  # fmt: skip
+    c.client(1, "channel.close-ok")
+    c.close()
+    cap.write(path)
+    return ack

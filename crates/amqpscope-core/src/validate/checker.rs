@@ -78,6 +78,22 @@ fn term_text(d: Dir, name: &str) -> String {
     format!("{}:{name}", if d == Dir::C2S { 'C' } else { 'S' })
 }
 
+/// A terminal the connection grammar does not allow in its current state.
+fn off_connection_grammar(
+    t: &ValidationTables,
+    b: &Base,
+    d: Dir,
+    name: &str,
+    expected: &[String],
+) -> Finding {
+    let msg = format!(
+        "{} where the connection grammar expects {}",
+        term_text(d, name),
+        expected_text(expected)
+    );
+    t.cat.finding(b, "grammar.connection", VIOLATION, msg)
+}
+
 fn expected_text(names: &[String]) -> String {
     if names.is_empty() {
         return "nothing more".into();
@@ -565,12 +581,13 @@ impl Checker {
             }
         }
         if out.len() == before {
-            let msg = format!(
-                "{} where the connection grammar expects {}",
-                term_text(d, name),
-                expected_text(auto.expected(run.state))
-            );
-            out.push(t.cat.finding(b, "grammar.connection", VIOLATION, msg));
+            out.push(off_connection_grammar(
+                &t,
+                b,
+                d,
+                name,
+                auto.expected(run.state),
+            ));
         }
     }
 
@@ -797,12 +814,13 @@ fn step_conn(
         return;
     };
     if !run.step(auto, (d, t.sym(name)), false) {
-        let msg = format!(
-            "{} where the connection grammar expects {}",
-            term_text(d, name),
-            expected_text(auto.expected(run.state))
-        );
-        out.push(t.cat.finding(b, "grammar.connection", VIOLATION, msg));
+        out.push(off_connection_grammar(
+            t,
+            b,
+            d,
+            name,
+            auto.expected(run.state),
+        ));
     }
 }
 
