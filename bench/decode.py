@@ -68,6 +68,7 @@ from amqpscope.testing.tcpwalk import segments  # noqa: E402
 
 PY = sys.executable
 AMQPSCOPE = str(Path(PY).parent / "amqpscope")
+TSHARK_DEEP_TREE = 100_000  # gui.max_tree_depth for the "deep" tshark run (default 500)
 
 
 def server_port(path: Path) -> int:
@@ -264,7 +265,15 @@ def tls_server_port(path: Path) -> int:
 
 
 def tshark_methods(out: str) -> int:
-    return sum(len(line.split(b",")) for line in Path(out).read_bytes().splitlines() if line.strip())
+    """Method frames tshark printed: one line per packet, its frames' method ids joined by commas
+    (a content frame's empty value is not a method)."""
+    return sum(1 for line in Path(out).read_bytes().splitlines() for v in line.split(b",") if v.strip())
+
+
+def our_methods(cmd: list[str]) -> int:
+    """Method frames in our JSON lines, for the same count as tshark's."""
+    out = subprocess.run(cmd, stdout=subprocess.PIPE, check=True).stdout
+    return sum(1 for line in out.splitlines() if line.startswith(b'{"kind":"frame"') and b'"method":"' in line)
 
 
 def bench_tls(path: Path, plain: Path, keys: Path, args: argparse.Namespace) -> None:
@@ -280,7 +289,14 @@ def bench_tls(path: Path, plain: Path, keys: Path, args: argparse.Namespace) -> 
     plain_cmd = [AMQPSCOPE, "decode", "--format", "jsonl", "--no-validate", "--port", str(plain_port), str(plain)]
     tshark_cmd = ["tshark", "-r", str(path), "-o", f"tls.keylog_file:{keys}", "-d", f"tcp.port=={port},tls", "-d",
                   f"tls.port=={port},amqp", "-Y", "amqp", "-T", "fields", "-e", "amqp.method.method"]  # fmt: skip
+    # With its default preferences tshark stops dissecting a packet after 500 protocol layers
+    # ("Dissector bug ... gui_max_tree_depth" on stderr): a 64 KiB loopback packet of TLS records full
+    # of small AMQP frames is cut short, so tshark does a fraction of the work. The deep variant lifts
+    # that limit so tshark decodes what it can; both are timed, and the methods each printed counted.
+    deep_cmd = [*tshark_cmd[:3], "-o", f"gui.max_tree_depth:{TSHARK_DEEP_TREE}", *tshark_cmd[3:]]
     fd, tshark_out = tempfile.mkstemp(suffix=".txt")
+    os.close(fd)
+    fd, deep_out = tempfile.mkstemp(suffix=".txt")
     os.close(fd)
     plan = [("amqpscope TLS 1.3", f"amqpscope decode --format jsonl --no-validate --tls-keylog {keys.name} FILE",
              tls_cmd, os.devnull, size),
@@ -289,13 +305,18 @@ def bench_tls(path: Path, plain: Path, keys: Path, args: argparse.Namespace) -> 
     if "tshark" not in args.skip:
         plan.append(("tshark TLS 1.3", " ".join(tshark_cmd[:-4]) + " ... -e amqp.method.method > OUT", tshark_cmd,
                      tshark_out, size))  # fmt: skip
+        plan.append(("tshark TLS 1.3 deep", " ".join(deep_cmd[:-4]) + " ... -e amqp.method.method > OUT", deep_cmd,
+                     deep_out, size))  # fmt: skip
     results = interleaved([(cmd, out) for _n, _l, cmd, out, _s in plan], args.repeat)
     ours_tls = our_count(path, port, ("--tls-keylog", str(keys)))
     seen = {"amqpscope TLS 1.3": f"{ours_tls} frames (plaintext recording: {truth['frames']})",
             "amqpscope plaintext": f"{our_count(plain, plain_port)} of {truth['frames']} frames"}  # fmt: skip
     if "tshark" not in args.skip:
         seen["tshark TLS 1.3"] = f"{tshark_methods(tshark_out)} method frames"
+        seen["tshark TLS 1.3 deep"] = f"{tshark_methods(deep_out)} method frames"
+    seen["amqpscope TLS 1.3"] += f", {our_methods(tls_cmd)} method frames"
     Path(tshark_out).unlink()
+    Path(deep_out).unlink()
     print()
     print(f"{'tool':<22} {'best s':>8} {'CPU s':>7} {'MB/s/core':>10} {'peak RSS':>10}  {'runs (s)':<20} frames seen")
     walls: dict[str, float] = {}
@@ -310,9 +331,10 @@ def bench_tls(path: Path, plain: Path, keys: Path, args: argparse.Namespace) -> 
     print(f"TLS / plaintext: wall {ratio:.2f}x, CPU {cpus[tls] / cpus[plain_name]:.2f}x "
           f"(target <= 1.5x: {'met' if ratio <= 1.5 else 'NOT met'})")  # fmt: skip
     if "tshark" not in args.skip:
-        ratio = walls[tls] / walls["tshark TLS 1.3"]
-        print(f"TLS / tshark:    wall {ratio:.3f}x, CPU {cpus[tls] / cpus['tshark TLS 1.3']:.3f}x "
-              f"(target <= 0.25x: {'met' if ratio <= 0.25 else 'NOT met'})")  # fmt: skip
+        for name in ("tshark TLS 1.3", "tshark TLS 1.3 deep"):
+            ratio = walls[tls] / walls[name]
+            print(f"TLS / {name + ':':<20} wall {ratio:.3f}x, CPU {cpus[tls] / cpus[name]:.3f}x "
+                  f"(target <= 0.25x: {'met' if ratio <= 0.25 else 'NOT met'})")  # fmt: skip
     print()
     for name, line, *_ in plan:
         print(f"  {name}: {line}")
