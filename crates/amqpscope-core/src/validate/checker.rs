@@ -668,7 +668,7 @@ impl State {
             }
             return;
         }
-        let call = Call::new(ev, name, args, nowait);
+        let call = Call::new(ev, info, args, nowait);
         self.sure_channel(t, info, &call, complete, before, idx, out);
     }
 
@@ -743,12 +743,10 @@ impl State {
         let Some((_, ch)) = cs.chans.get_mut(idx) else {
             return;
         };
-        if t.rules.suspect_names.contains(name)
-            && (!ch.suspects.is_empty() || b.dir == Some(Dir::C2S))
-        {
+        if info.suspect && (!ch.suspects.is_empty() || b.dir == Some(Dir::C2S)) {
             suspects::suspects(&t.cat, &t.rules, world, ch, c, out);
         }
-        if t.rules.exclusive_names.contains(name) {
+        if info.exclusive {
             suspects::exclusive(&t.cat, &t.rules, world, c, out);
         }
     }
