@@ -37,7 +37,7 @@ const TEXT_TYPES: [&str; 6] = [
 /// Append the JSON line of `ev` (with its newline) to `out`.
 pub fn write_event(ev: &Event, body: BodyMode, out: &mut Vec<u8>) {
     out.extend_from_slice(b"{\"kind\":");
-    write_str(out, ev.kind());
+    write_plain_str(out, ev.kind());
     write_base(out, ev.base());
     match ev {
         Event::ProtocolHeader(e) => write_protocol_header(out, e),
@@ -118,7 +118,10 @@ fn write_base(out: &mut Vec<u8>, b: &Base) {
     key!(out, "conn");
     write_i64(out, b.conn);
     key!(out, "dir");
-    write_opt_str(out, b.dir.map(|d| d.as_str()));
+    match b.dir {
+        Some(d) => write_plain_str(out, d.as_str()),
+        None => out.extend_from_slice(b"null"),
+    }
     key!(out, "channel");
     write_opt_u64(out, b.channel.map(u64::from));
 }
@@ -522,19 +525,36 @@ fn write_u64(out: &mut Vec<u8>, v: u64) {
         out.push(b'0' + v as u8);
         return;
     }
-    // the digits are written left-aligned into a fixed-size buffer, which is appended whole
-    // (a fixed-size copy) and cut back: no variable-length memmove per integer
+    // the digits are written left-aligned into a fixed-size buffer, two at a time, which is
+    // appended whole (a fixed-size copy) and cut back: no variable-length memmove per integer
     let n = v.ilog10() as usize + 1;
     let mut buf = [0u8; 20];
+    let mut i = n;
     let mut rest = v;
-    for slot in buf.iter_mut().take(n).rev() {
-        *slot = b'0' + (rest % 10) as u8;
-        rest /= 10;
+    while rest >= 100 {
+        let pair = (rest % 100) as usize * 2;
+        rest /= 100;
+        i -= 2;
+        buf[i..i + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+    }
+    if rest >= 10 {
+        let pair = rest as usize * 2;
+        buf[..2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+    } else {
+        buf[0] = b'0' + rest as u8;
     }
     let start = out.len();
     out.extend_from_slice(&buf);
     out.truncate(start + n);
 }
+
+/// "00" to "99": two decimal digits per division.
+static DIGIT_PAIRS: &[u8; 200] = b"\
+    0001020304050607080910111213141516171819\
+    2021222324252627282930313233343536373839\
+    4041424344454647484950515253545556575859\
+    6061626364656667686970717273747576777879\
+    8081828384858687888990919293949596979899";
 
 /// The decimal digits of `v`, written from the right into `buf`: no formatter machinery per integer.
 fn decimal_digits(mut v: u64, buf: &mut [u8; 20]) -> &[u8] {
@@ -585,6 +605,13 @@ pub fn write_hex(out: &mut Vec<u8>, raw: &[u8]) {
         out.push(DIGITS[usize::from(b >> 4)]);
         out.push(DIGITS[usize::from(b & 0xf)]);
     }
+}
+
+/// A string known to need no escaping (the core's own names: event kinds, directions).
+fn write_plain_str(out: &mut Vec<u8>, s: &'static str) {
+    out.push(b'"');
+    push_small(out, s.as_bytes());
+    out.push(b'"');
 }
 
 /// A JSON string as orjson writes it: only `"`, `\` and control characters are escaped
@@ -1105,6 +1132,51 @@ mod tests {
         );
         let want = "\"a\\\"\\\\/\\u0000\\b\\t\\n\\u000b\\f\\r\\u001f\u{7f}é\u{2028}\"";
         assert_eq!(String::from_utf8(out).unwrap_or_default(), want);
+    }
+
+    #[test]
+    fn integers_as_std() {
+        let mut cases: Vec<u64> = vec![0, 9, 10, 99, 100, 101, 999, 1000, 12345, u64::MAX];
+        cases.extend((0..20).map(|e| 10u64.pow(e)));
+        cases.extend((1..20).map(|e| 10u64.pow(e) - 1));
+        for v in cases {
+            let mut out = b"x".to_vec();
+            write_u64(&mut out, v);
+            assert_eq!(String::from_utf8(out).unwrap_or_default(), format!("x{v}"));
+        }
+        for v in [i64::MIN, -1, 0, i64::MAX] {
+            let mut out = Vec::new();
+            write_i64(&mut out, v);
+            assert_eq!(String::from_utf8(out).unwrap_or_default(), v.to_string());
+        }
+    }
+
+    #[test]
+    fn short_copies_and_escapes() {
+        // every length around the chunk sizes, with and without an escape at each end
+        for n in 0..80 {
+            let plain: String = (0..n).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+            let mut out = Vec::new();
+            write_str(&mut out, &plain);
+            assert_eq!(out, format!("\"{plain}\"").into_bytes());
+            let quoted = format!("\"{plain}\n");
+            let mut out = Vec::new();
+            write_str(&mut out, &quoted);
+            assert_eq!(out, format!("\"\\\"{plain}\\n\"").into_bytes());
+        }
+    }
+
+    #[test]
+    fn repeated_timestamps() {
+        let mut out = Vec::new();
+        for ns in [1_500_000_000, 1_500_000_000, 2_000_000_001, 1_500_000_000] {
+            write_ts(&mut out, ns);
+            out.push(b' ');
+        }
+        assert_eq!(
+            String::from_utf8(out).unwrap_or_default(),
+            "1.5 1.5 2.000000001 1.5 "
+        );
     }
 
     #[test]
