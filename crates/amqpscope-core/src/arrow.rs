@@ -1206,7 +1206,7 @@ mod tests {
     use arrow_array::types::{Int64Type, TimestampMicrosecondType};
 
     fn name(s: &str) -> crate::value::Name {
-        Arc::from(s)
+        crate::value::Name::from(s)
     }
 
     /// The texts are what rows.py's `map_items` gives for the Python values the binding makes

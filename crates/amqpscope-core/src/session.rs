@@ -914,7 +914,7 @@ impl Conn {
                     args = self.negotiation(ctx, &m.name, args, d);
                 }
                 let content = m.known && m.content;
-                let name = m.name.to_string();
+                let name = m.name.as_str().to_owned();
                 out.push(Event::Frame(Box::new(Frame {
                     base: b,
                     ftype: "method".into(),
