@@ -95,7 +95,7 @@ pub fn suspects(
             }
             "basic.publish" => {
                 let ex = c.text_ref("exchange");
-                if !t.standard_exchanges.contains(ex.as_ref())
+                if !t.is_standard_exchange(&ex)
                     && !world.exchanges.contains(ex.as_ref())
                     && ch.suspects.len() < t.max_suspects
                 {
