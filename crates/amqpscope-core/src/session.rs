@@ -6,8 +6,6 @@
 //! (method, header, body frames) into whole messages. Credentials are parsed here and redacted
 //! before any event leaves, unless the caller asks to show them.
 
-use std::collections::HashMap;
-
 use sha2::{Digest, Sha256};
 
 use crate::codec::Codec;
@@ -15,6 +13,8 @@ use crate::event::{
     Base, Connection, Dir, Event, Frame, Gap, Malformed, Message, ProtocolHeader, Resync, Tls,
 };
 use crate::frames::{FrameStream, StreamAccounting, StreamItem};
+// keyed by the core's own flow ids and (direction, channel): nothing a capture chooses freely
+use crate::fxhash::FxHashMap as HashMap;
 use crate::limits::Limits;
 use crate::tls::{starts_tls, KeyLog, TlsConn, TlsLayer, TlsOut, TlsOuts};
 use crate::types::{CloseHow, Endpoint, TcpEvent};
@@ -144,7 +144,7 @@ impl Session {
             codec,
             options,
             limits: limits.clone(),
-            conns: HashMap::new(),
+            conns: HashMap::default(),
             closed: StreamAccounting::default(),
             keylog: {
                 let mut k = KeyLog::new(limits.tls_keylog_entries);
@@ -385,7 +385,7 @@ impl Conn {
             closed: false,
             version: None,
             info: Info::default(),
-            contents: HashMap::new(),
+            contents: HashMap::default(),
             close_seen: false,
             next_seq: 0,
             tls: None,
