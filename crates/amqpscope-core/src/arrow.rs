@@ -391,7 +391,7 @@ impl Field {
             (F::Size, E::Gap(e)) => Cell::UInt(e.size),
             (F::ClassId, E::Frame(e)) => opt_int(e.class_id),
             (F::MethodId, E::Frame(e)) => opt_int(e.method_id),
-            (F::Method, E::Frame(e)) => opt_str(&e.method),
+            (F::Method, E::Frame(e)) => opt_name(&e.method),
             (F::Method, E::Message(e)) => Cell::Str(&e.method),
             (F::Args, E::Frame(e)) => opt_map(&e.args),
             (F::Args, E::Message(e)) => Cell::Map(&e.args),

@@ -502,7 +502,7 @@ fn heartbeat_silence_against_the_interval() {
         };
         let (method, args) = if ftype == "method" {
             let a: Table = vec![(Name::from("heartbeat"), v(1))];
-            (Some("connection.tune-ok".to_string()), Some(a))
+            (Some(Name::from("connection.tune-ok")), Some(a))
         } else {
             (None, None)
         };
