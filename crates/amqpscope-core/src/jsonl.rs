@@ -1167,6 +1167,22 @@ mod tests {
     }
 
     #[test]
+    fn table_keys_of_every_length() {
+        for n in 0..40 {
+            let plain: String = (0..n).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+            let escaped = format!("{plain}\t");
+            let t: Table = vec![
+                (plain.as_str().into(), Value::Int(1)),
+                (escaped.as_str().into(), Value::Str(plain.clone())),
+            ];
+            let mut out = Vec::new();
+            write_table(&mut out, &t);
+            let want = format!("{{\"{plain}\":1,\"{plain}\\t\":\"{plain}\"}}");
+            assert_eq!(String::from_utf8(out).unwrap_or_default(), want);
+        }
+    }
+
+    #[test]
     fn repeated_timestamps() {
         let mut out = Vec::new();
         for ns in [1_500_000_000, 1_500_000_000, 2_000_000_001, 1_500_000_000] {
