@@ -374,6 +374,36 @@ pub(crate) fn name(s: &str) -> Name {
     Name::from(s)
 }
 
+/// The last exchange and routing key a channel's frames named: the publishes and deliveries
+/// of a channel mostly repeat them, and a repeat is then shared, not allocated per frame.
+#[derive(Default)]
+pub(crate) struct Recent {
+    exchange: Option<Name>,
+    routing_key: Option<Name>,
+}
+
+impl Recent {
+    /// `(exchange, routing_key)` of `m` as Names.
+    pub fn names(&mut self, m: &Method<'_>) -> (Name, Name) {
+        (
+            again(&mut self.exchange, m.str("exchange")),
+            again(&mut self.routing_key, m.str("routing_key")),
+        )
+    }
+}
+
+fn again(last: &mut Option<Name>, s: &str) -> Name {
+    if s.is_empty() {
+        return Name::Spec("");
+    }
+    if let Some(n) = last.as_ref().filter(|n| n.as_str() == s) {
+        return n.clone();
+    }
+    let n = name(s);
+    *last = Some(n.clone());
+    n
+}
+
 /// A base for a record about `channel` of the connection in `base`, in direction `dir`.
 pub(crate) fn base_of(base: &Base, channel: Option<u16>, dir: Option<Dir>) -> Base {
     Base {
