@@ -391,7 +391,7 @@ impl Field {
             (F::Size, E::Gap(e)) => Cell::UInt(e.size),
             (F::ClassId, E::Frame(e)) => opt_int(e.class_id),
             (F::MethodId, E::Frame(e)) => opt_int(e.method_id),
-            (F::Method, E::Frame(e)) => opt_str(&e.method),
+            (F::Method, E::Frame(e)) => opt_name(&e.method),
             (F::Method, E::Message(e)) => Cell::Str(&e.method),
             (F::Args, E::Frame(e)) => opt_map(&e.args),
             (F::Args, E::Message(e)) => Cell::Map(&e.args),
@@ -1206,7 +1206,7 @@ mod tests {
     use arrow_array::types::{Int64Type, TimestampMicrosecondType};
 
     fn name(s: &str) -> crate::value::Name {
-        Arc::from(s)
+        crate::value::Name::from(s)
     }
 
     /// The texts are what rows.py's `map_items` gives for the Python values the binding makes

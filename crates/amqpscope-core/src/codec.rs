@@ -10,7 +10,6 @@ use crate::frames::MethodInfo;
 use crate::limits::Limits;
 use crate::tables::{FixedKind, MethodSpec, PropKind, Property, Read, SpecTables};
 use crate::value::{Name, Table, Value};
-use std::sync::Arc;
 
 /// A decoded method frame payload.
 #[derive(Debug, Clone, PartialEq)]
@@ -83,7 +82,7 @@ impl Codec {
             return DecodedMethod {
                 class_id: -1,
                 method_id: -1,
-                name: Arc::from("?"),
+                name: Name::Spec("?"),
                 known: false,
                 content: false,
                 args: Table::new(),
@@ -98,7 +97,7 @@ impl Codec {
             return DecodedMethod {
                 class_id: c.into(),
                 method_id: m.into(),
-                name: Arc::from(format!("{c}.{m}")),
+                name: Name::from(format!("{c}.{m}")),
                 known: false,
                 content: false,
                 args: Table::new(),

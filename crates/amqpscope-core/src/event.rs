@@ -59,13 +59,15 @@ pub struct ProtocolHeader {
 pub struct Frame {
     pub base: Base,
     /// method | header | body | heartbeat | oob-method | oob-header | oob-body | trace | unknown-N
-    pub ftype: String,
+    /// (a `Name`: the known types are static text, not a String per frame)
+    pub ftype: Name,
     /// Payload size as declared in the frame header.
     pub size: u32,
     pub class_id: Option<i32>,
     pub method_id: Option<i32>,
-    /// "basic.publish"; "40.51" style ids when the spec does not know them.
-    pub method: Option<String>,
+    /// "basic.publish"; "40.51" style ids when the spec does not know them (the spec's name,
+    /// shared, not copied per frame).
+    pub method: Option<Name>,
     pub args: Option<Table>,
     pub body_size: Option<u64>,
     pub properties: Option<Table>,
@@ -95,7 +97,7 @@ pub struct TlsLayer {
 pub struct Message {
     pub base: Base,
     /// basic.publish | basic.deliver | basic.get-ok | basic.return
-    pub method: String,
+    pub method: Name,
     pub args: Table,
     pub properties: Table,
     pub body_size: u64,

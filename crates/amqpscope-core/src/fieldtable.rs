@@ -9,7 +9,6 @@ use crate::limits::Limits;
 use crate::value::{Name, Table, Value};
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
 
 /// Why a read failed: the texts match the Python exceptions the reference decoders raise.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -144,14 +143,14 @@ impl Default for Dict {
 }
 
 fn problem_key() -> Name {
-    Arc::from("<problem>")
+    Name::Spec("<problem>")
 }
 
 /// Keys stay text so every output format can write them: UTF-8, else Latin-1.
 fn key_text(raw: &[u8]) -> Name {
     match std::str::from_utf8(raw) {
-        Ok(s) => Arc::from(s),
-        Err(_) => Arc::from(raw.iter().map(|&b| b as char).collect::<String>()),
+        Ok(s) => Name::from(s),
+        Err(_) => Name::from(raw.iter().map(|&b| b as char).collect::<String>()),
     }
 }
 

@@ -37,7 +37,7 @@ const TEXT_TYPES: [&str; 6] = [
 /// Append the JSON line of `ev` (with its newline) to `out`.
 pub fn write_event(ev: &Event, body: BodyMode, out: &mut Vec<u8>) {
     out.extend_from_slice(b"{\"kind\":");
-    write_str(out, ev.kind());
+    write_plain_str(out, ev.kind());
     write_base(out, ev.base());
     match ev {
         Event::ProtocolHeader(e) => write_protocol_header(out, e),
@@ -55,84 +55,157 @@ pub fn write_event(ev: &Event, body: BodyMode, out: &mut Vec<u8>) {
     out.extend_from_slice(b"}\n");
 }
 
-// Every key after `kind` is a fixed ASCII name: written with its leading comma, no escaping.
+// Every key after `kind` is a fixed ASCII name: written with its leading comma, no escaping, as
+// one constant byte string (a fixed-size copy the compiler inlines, not a memmove call).
+macro_rules! key {
+    ($out:expr, $name:literal) => {
+        $out.extend_from_slice(concat!(",\"", $name, "\":").as_bytes())
+    };
+}
+
+// The same for a name only known at run time (the field lists of the rarer events).
 fn key(out: &mut Vec<u8>, name: &str) {
-    out.push(b',');
-    out.push(b'"');
-    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b",\"");
+    push_small(out, name.as_bytes());
     out.extend_from_slice(b"\":");
 }
 
+/// `out.extend_from_slice(src)` without a memmove call for the short slices JSON lines are made
+/// of (numbers, names, most strings): a fixed-size zeroed stretch is appended, `src` copied in
+/// as two overlapping fixed-size chunks, and the stretch cut back to `src`'s length.
+#[inline(always)]
+fn push_small(out: &mut Vec<u8>, src: &[u8]) {
+    let n = src.len();
+    if n > 32 {
+        out.extend_from_slice(src);
+        return;
+    }
+    let start = out.len();
+    out.extend_from_slice(&[0u8; 32]);
+    if let Some(dst) = out.get_mut(start..start + n) {
+        if n >= 16 {
+            copy_ends::<16>(dst, src);
+        } else if n >= 8 {
+            copy_ends::<8>(dst, src);
+        } else if n >= 4 {
+            copy_ends::<4>(dst, src);
+        } else {
+            for (d, s) in dst.iter_mut().zip(src) {
+                *d = *s;
+            }
+        }
+    }
+    out.truncate(start + n);
+}
+
+/// `dst.copy_from_slice(src)` for `K <= len <= 2K` as two overlapping copies of `K` bytes.
+#[inline(always)]
+fn copy_ends<const K: usize>(dst: &mut [u8], src: &[u8]) {
+    let n = src.len();
+    if let (Some(d), Some(s)) = (dst.get_mut(..K), src.get(..K)) {
+        d.copy_from_slice(s);
+    }
+    if let (Some(d), Some(s)) = (dst.get_mut(n - K..), src.get(n - K..)) {
+        d.copy_from_slice(s);
+    }
+}
+
 fn write_base(out: &mut Vec<u8>, b: &Base) {
-    key(out, "packet");
+    key!(out, "packet");
     write_u64(out, b.packet);
-    key(out, "ts");
-    write_f64(out, b.ts());
-    key(out, "conn");
+    key!(out, "ts");
+    write_ts(out, b.ts_ns);
+    key!(out, "conn");
     write_i64(out, b.conn);
-    key(out, "dir");
-    write_opt_str(out, b.dir.map(|d| d.as_str()));
-    key(out, "channel");
+    key!(out, "dir");
+    match b.dir {
+        Some(d) => write_plain_str(out, d.as_str()),
+        None => out.extend_from_slice(b"null"),
+    }
+    key!(out, "channel");
     write_opt_u64(out, b.channel.map(u64::from));
 }
 
+thread_local! {
+    /// The last timestamp written (its nanoseconds and text): the frames of one packet, often
+    /// many, share it, and formatting a float is the costly part of the record's base.
+    static LAST_TS: std::cell::Cell<(i64, u8, [u8; 32])> = const { std::cell::Cell::new((i64::MIN, 0, [0; 32])) };
+}
+
+fn write_ts(out: &mut Vec<u8>, ns: i64) {
+    let (last, len, text) = LAST_TS.get();
+    let start = out.len();
+    if last == ns && last != i64::MIN {
+        out.extend_from_slice(&text);
+        out.truncate(start + usize::from(len));
+        return;
+    }
+    write_f64(out, ns as f64 / 1e9);
+    let written = out.get(start..).unwrap_or_default();
+    let mut text = [0u8; 32];
+    if let (Some(dst), Ok(len)) = (text.get_mut(..written.len()), u8::try_from(written.len())) {
+        dst.copy_from_slice(written);
+        LAST_TS.set((ns, len, text));
+    }
+}
+
 fn write_protocol_header(out: &mut Vec<u8>, e: &ProtocolHeader) {
-    key(out, "version");
+    key!(out, "version");
     write_str(out, &e.version);
-    key(out, "raw");
+    key!(out, "raw");
     out.push(b'"');
     write_hex(out, &e.raw);
     out.push(b'"');
 }
 
 fn write_frame(out: &mut Vec<u8>, e: &Frame) {
-    key(out, "type");
+    key!(out, "type");
     write_str(out, &e.ftype);
-    key(out, "size");
+    key!(out, "size");
     write_u64(out, u64::from(e.size));
-    key(out, "class_id");
+    key!(out, "class_id");
     write_opt_i64(out, e.class_id.map(i64::from));
-    key(out, "method_id");
+    key!(out, "method_id");
     write_opt_i64(out, e.method_id.map(i64::from));
-    key(out, "method");
+    key!(out, "method");
     write_opt_str(out, e.method.as_deref());
-    key(out, "args");
+    key!(out, "args");
     write_opt_table(out, e.args.as_ref());
-    key(out, "body_size");
+    key!(out, "body_size");
     write_opt_u64(out, e.body_size);
-    key(out, "properties");
+    key!(out, "properties");
     write_opt_table(out, e.properties.as_ref());
-    key(out, "resync");
+    key!(out, "resync");
     write_bool(out, e.resync);
-    key(out, "problem");
+    key!(out, "problem");
     write_opt_str(out, e.problem.as_deref());
 }
 
 fn write_message(out: &mut Vec<u8>, e: &Message, body: BodyMode) {
-    key(out, "method");
+    key!(out, "method");
     write_str(out, &e.method);
-    key(out, "args");
+    key!(out, "args");
     write_table(out, &e.args);
-    key(out, "properties");
+    key!(out, "properties");
     write_table(out, &e.properties);
-    key(out, "body_size");
+    key!(out, "body_size");
     write_u64(out, e.body_size);
-    key(out, "body_received");
+    key!(out, "body_received");
     write_u64(out, e.body_received);
-    key(out, "complete");
+    key!(out, "complete");
     write_bool(out, e.complete);
-    key(out, "first_packet");
+    key!(out, "first_packet");
     write_u64(out, e.first_packet);
-    key(out, "frames");
+    key!(out, "frames");
     write_u64(out, e.frames);
-    key(out, "body_sha256");
+    key!(out, "body_sha256");
     write_opt_str(out, e.body_sha256.as_deref());
     let limit = match body {
         BodyMode::None => return,
         BodyMode::Preview => Some(PREVIEW_BYTES),
         BodyMode::Full => None,
     };
-    key(out, "body");
+    key!(out, "body");
     match &e.body {
         Some(raw) => write_body_view(out, raw, get(&e.properties, "content_type"), limit),
         None => out.extend_from_slice(b"null"),
@@ -140,34 +213,34 @@ fn write_message(out: &mut Vec<u8>, e: &Message, body: BodyMode) {
 }
 
 fn write_gap(out: &mut Vec<u8>, e: &Gap) {
-    key(out, "size");
+    key!(out, "size");
     write_u64(out, e.size);
-    key(out, "lost_frame");
+    key!(out, "lost_frame");
     write_opt_str(out, e.lost_frame.as_deref());
 }
 
 fn write_resync(out: &mut Vec<u8>, e: &Resync) {
-    key(out, "skipped");
+    key!(out, "skipped");
     write_u64(out, e.skipped);
-    key(out, "reason");
+    key!(out, "reason");
     write_str(out, &e.reason);
 }
 
 fn write_malformed(out: &mut Vec<u8>, e: &Malformed) {
-    key(out, "reason");
+    key!(out, "reason");
     write_str(out, &e.reason);
-    key(out, "offset");
+    key!(out, "offset");
     write_u64(out, e.offset);
 }
 
 fn write_connection(out: &mut Vec<u8>, e: &Connection) {
-    key(out, "state");
+    key!(out, "state");
     write_str(out, &e.state);
-    key(out, "client");
+    key!(out, "client");
     write_str(out, &e.client);
-    key(out, "server");
+    key!(out, "server");
     write_str(out, &e.server);
-    key(out, "syn_seen");
+    key!(out, "syn_seen");
     write_bool(out, e.syn_seen);
     let texts = [("version", &e.version), ("ended", &e.ended)];
     write_opt_strs(out, &texts);
@@ -189,7 +262,7 @@ fn write_connection(out: &mut Vec<u8>, e: &Connection) {
         ("server_version", &e.server_version),
     ];
     write_opt_strs(out, &texts);
-    key(out, "close_code");
+    key!(out, "close_code");
     write_opt_i64(out, e.close_code);
     let texts = [("close_text", &e.close_text), ("close_by", &e.close_by)];
     write_opt_strs(out, &texts);
@@ -200,13 +273,13 @@ fn write_connection(out: &mut Vec<u8>, e: &Connection) {
         ("bytes_s2c", e.bytes_s2c),
     ];
     write_u64s(out, &counts);
-    key(out, "client_properties");
+    key!(out, "client_properties");
     write_opt_table(out, e.client_properties.as_ref());
-    key(out, "server_properties");
+    key!(out, "server_properties");
     write_opt_table(out, e.server_properties.as_ref());
     let texts = [("tls_version", &e.tls_version), ("tls_suite", &e.tls_suite)];
     write_opt_strs(out, &texts);
-    key(out, "tls_resumed");
+    key!(out, "tls_resumed");
     match e.tls_resumed {
         Some(b) => write_bool(out, b),
         None => out.extend_from_slice(b"null"),
@@ -214,9 +287,9 @@ fn write_connection(out: &mut Vec<u8>, e: &Connection) {
 }
 
 fn write_tls(out: &mut Vec<u8>, e: &Tls) {
-    key(out, "client");
+    key!(out, "client");
     write_str(out, &e.client);
-    key(out, "server");
+    key!(out, "server");
     write_str(out, &e.server);
     let texts = [
         ("version", &e.version),
@@ -225,11 +298,11 @@ fn write_tls(out: &mut Vec<u8>, e: &Tls) {
         ("alpn", &e.alpn),
     ];
     write_opt_strs(out, &texts);
-    key(out, "resumed");
+    key!(out, "resumed");
     write_bool(out, e.resumed);
-    key(out, "decrypted");
+    key!(out, "decrypted");
     write_bool(out, e.decrypted);
-    key(out, "reason");
+    key!(out, "reason");
     write_opt_str(out, e.reason.as_deref());
     let counts = [
         ("records", e.records),
@@ -243,14 +316,14 @@ fn write_tls(out: &mut Vec<u8>, e: &Tls) {
 }
 
 fn write_finding(out: &mut Vec<u8>, e: &Finding) {
-    key(out, "rule");
+    key!(out, "rule");
     write_str(out, &e.rule);
-    key(out, "severity");
+    key!(out, "severity");
     write_str(out, e.severity);
     write_opt_i64s(out, &[("code", e.code), ("rabbitmq_code", e.rabbitmq_code)]);
-    key(out, "message");
+    key!(out, "message");
     write_str(out, &e.message);
-    key(out, "packets");
+    key!(out, "packets");
     out.push(b'[');
     for (i, p) in e.packets.iter().enumerate() {
         if i > 0 {
@@ -259,56 +332,57 @@ fn write_finding(out: &mut Vec<u8>, e: &Finding) {
         write_u64(out, *p);
     }
     out.push(b']');
-    key(out, "peer_reaction");
+    key!(out, "peer_reaction");
     write_opt_str(out, e.peer_reaction.as_deref());
 }
 fn write_ledger(out: &mut Vec<u8>, e: &Ledger) {
-    key(out, "entry");
+    key!(out, "entry");
     write_str(out, e.entry.as_str());
-    key(out, "method");
+    key!(out, "method");
     write_opt_str(out, e.method.as_deref());
-    key(out, "request");
+    key!(out, "request");
     write_opt_str(out, e.request.as_deref());
-    key(out, "tag");
+    key!(out, "tag");
     write_opt_u64(out, e.tag);
-    key(out, "count");
+    key!(out, "count");
     write_u64(out, e.count);
-    for (name, v) in [
-        ("multiple", e.multiple),
-        ("requeue", e.requeue),
-        ("redelivered", e.redelivered),
-        ("returned", e.returned),
-    ] {
-        key(out, name);
-        write_bool(out, v);
-    }
-    key(out, "outcome");
+    key!(out, "multiple");
+    write_bool(out, e.multiple);
+    key!(out, "requeue");
+    write_bool(out, e.requeue);
+    key!(out, "redelivered");
+    write_bool(out, e.redelivered);
+    key!(out, "returned");
+    write_bool(out, e.returned);
+    key!(out, "outcome");
     write_opt_str(out, e.outcome);
-    for (name, v) in [
-        ("latency", e.latency_ns),
-        ("duration", e.duration_ns),
-        ("idle", e.idle_ns),
-    ] {
-        key(out, name);
-        match seconds(v) {
-            Some(s) => write_f64(out, s),
-            None => out.extend_from_slice(b"null"),
-        }
-    }
-    key(out, "in_flight");
+    key!(out, "latency");
+    write_opt_seconds(out, e.latency_ns);
+    key!(out, "duration");
+    write_opt_seconds(out, e.duration_ns);
+    key!(out, "idle");
+    write_opt_seconds(out, e.idle_ns);
+    key!(out, "in_flight");
     write_opt_u64(out, e.in_flight);
-    key(out, "limit");
+    key!(out, "limit");
     write_opt_u64(out, e.limit);
-    key(out, "consumer_tag");
+    key!(out, "consumer_tag");
     write_opt_str(out, e.consumer_tag.as_deref());
-    key(out, "exchange");
+    key!(out, "exchange");
     write_opt_str(out, e.exchange.as_deref());
-    key(out, "routing_key");
+    key!(out, "routing_key");
     write_opt_str(out, e.routing_key.as_deref());
-    key(out, "ref_packet");
+    key!(out, "ref_packet");
     write_opt_u64(out, e.ref_packet);
-    key(out, "ref_channel");
+    key!(out, "ref_channel");
     write_opt_u64(out, e.ref_channel.map(u64::from));
+}
+
+fn write_opt_seconds(out: &mut Vec<u8>, ns: Option<i64>) {
+    match seconds(ns) {
+        Some(s) => write_f64(out, s),
+        None => out.extend_from_slice(b"null"),
+    }
 }
 
 fn write_accounting(out: &mut Vec<u8>, e: &Accounting) {
@@ -378,7 +452,7 @@ fn write_body_view(
             out.push(b'"');
         }
     }
-    key(out, "truncated");
+    key!(out, "truncated");
     write_bool(out, truncated);
     out.push(b'}');
 }
@@ -447,9 +521,40 @@ fn write_bool(out: &mut Vec<u8>, v: bool) {
 }
 
 fn write_u64(out: &mut Vec<u8>, v: u64) {
+    if v < 10 {
+        out.push(b'0' + v as u8);
+        return;
+    }
+    // the digits are written left-aligned into a fixed-size buffer, two at a time, which is
+    // appended whole (a fixed-size copy) and cut back: no variable-length memmove per integer
+    let n = v.ilog10() as usize + 1;
     let mut buf = [0u8; 20];
-    out.extend_from_slice(decimal_digits(v, &mut buf));
+    let mut i = n;
+    let mut rest = v;
+    while rest >= 100 {
+        let pair = (rest % 100) as usize * 2;
+        rest /= 100;
+        i -= 2;
+        buf[i..i + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+    }
+    if rest >= 10 {
+        let pair = rest as usize * 2;
+        buf[..2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+    } else {
+        buf[0] = b'0' + rest as u8;
+    }
+    let start = out.len();
+    out.extend_from_slice(&buf);
+    out.truncate(start + n);
 }
+
+/// "00" to "99": two decimal digits per division.
+static DIGIT_PAIRS: &[u8; 200] = b"\
+    0001020304050607080910111213141516171819\
+    2021222324252627282930313233343536373839\
+    4041424344454647484950515253545556575859\
+    6061626364656667686970717273747576777879\
+    8081828384858687888990919293949596979899";
 
 /// The decimal digits of `v`, written from the right into `buf`: no formatter machinery per integer.
 fn decimal_digits(mut v: u64, buf: &mut [u8; 20]) -> &[u8] {
@@ -502,6 +607,13 @@ pub fn write_hex(out: &mut Vec<u8>, raw: &[u8]) {
     }
 }
 
+/// A string known to need no escaping (the core's own names: event kinds, directions).
+fn write_plain_str(out: &mut Vec<u8>, s: &'static str) {
+    out.push(b'"');
+    push_small(out, s.as_bytes());
+    out.push(b'"');
+}
+
 /// A JSON string as orjson writes it: only `"`, `\` and control characters are escaped
 /// (\b \t \n \f \r short, the others as lowercase \u00xx); '/', DEL and non-ASCII stay as is.
 pub fn write_str(out: &mut Vec<u8>, s: &str) {
@@ -509,16 +621,57 @@ pub fn write_str(out: &mut Vec<u8>, s: &str) {
     out.reserve(bytes.len() + 2);
     out.push(b'"');
     let mut start = 0;
-    for (i, &b) in bytes.iter().enumerate() {
-        if b >= 0x20 && b != b'"' && b != b'\\' {
-            continue;
-        }
-        out.extend_from_slice(bytes.get(start..i).unwrap_or_default());
-        write_escape(out, b);
+    while let Some(i) = next_escape(bytes, start) {
+        push_small(out, bytes.get(start..i).unwrap_or_default());
+        write_escape(out, bytes.get(i).copied().unwrap_or_default());
         start = i + 1;
     }
-    out.extend_from_slice(bytes.get(start..).unwrap_or_default());
+    push_small(out, bytes.get(start..).unwrap_or_default());
     out.push(b'"');
+}
+
+/// Bytes a JSON string escapes: `"`, `\` and the controls below 0x20.
+static ESCAPED: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut i = 0;
+    while i < 0x20 {
+        t[i] = true;
+        i += 1;
+    }
+    t[b'"' as usize] = true;
+    t[b'\\' as usize] = true;
+    t
+};
+
+/// The index of the first byte at or after `from` that `write_str` escapes. Eight bytes at a
+/// time: a word with none of them is skipped with a few arithmetic steps instead of eight tests.
+#[inline]
+fn next_escape(bytes: &[u8], from: usize) -> Option<usize> {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
+    // a byte of `x` is zero (exact for the question "is any byte zero")
+    let has_zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGH != 0;
+    let rest = bytes.get(from..)?;
+    let mut chunks = rest.chunks_exact(8);
+    let mut at = from;
+    for chunk in &mut chunks {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let w = u64::from_ne_bytes(word);
+        let control = w.wrapping_sub(ONES * 0x20) & !w & HIGH != 0;
+        if control
+            || has_zero(w ^ (ONES * u64::from(b'"')))
+            || has_zero(w ^ (ONES * u64::from(b'\\')))
+        {
+            break;
+        }
+        at += 8;
+    }
+    bytes
+        .get(at..)?
+        .iter()
+        .position(|&b| ESCAPED[usize::from(b)])
+        .map(|i| at + i)
 }
 
 fn write_escape(out: &mut Vec<u8>, b: u8) {
@@ -979,6 +1132,67 @@ mod tests {
         );
         let want = "\"a\\\"\\\\/\\u0000\\b\\t\\n\\u000b\\f\\r\\u001f\u{7f}é\u{2028}\"";
         assert_eq!(String::from_utf8(out).unwrap_or_default(), want);
+    }
+
+    #[test]
+    fn integers_as_std() {
+        let mut cases: Vec<u64> = vec![0, 9, 10, 99, 100, 101, 999, 1000, 12345, u64::MAX];
+        cases.extend((0..20).map(|e| 10u64.pow(e)));
+        cases.extend((1..20).map(|e| 10u64.pow(e) - 1));
+        for v in cases {
+            let mut out = b"x".to_vec();
+            write_u64(&mut out, v);
+            assert_eq!(String::from_utf8(out).unwrap_or_default(), format!("x{v}"));
+        }
+        for v in [i64::MIN, -1, 0, i64::MAX] {
+            let mut out = Vec::new();
+            write_i64(&mut out, v);
+            assert_eq!(String::from_utf8(out).unwrap_or_default(), v.to_string());
+        }
+    }
+
+    #[test]
+    fn short_copies_and_escapes() {
+        // every length around the chunk sizes, with and without an escape at each end
+        for n in 0..80 {
+            let plain: String = (0..n).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+            let mut out = Vec::new();
+            write_str(&mut out, &plain);
+            assert_eq!(out, format!("\"{plain}\"").into_bytes());
+            let quoted = format!("\"{plain}\n");
+            let mut out = Vec::new();
+            write_str(&mut out, &quoted);
+            assert_eq!(out, format!("\"\\\"{plain}\\n\"").into_bytes());
+        }
+    }
+
+    #[test]
+    fn table_keys_of_every_length() {
+        for n in 0..40 {
+            let plain: String = (0..n).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+            let escaped = format!("{plain}\t");
+            let t: Table = vec![
+                (plain.as_str().into(), Value::Int(1)),
+                (escaped.as_str().into(), Value::Str(plain.clone())),
+            ];
+            let mut out = Vec::new();
+            write_table(&mut out, &t);
+            let want = format!("{{\"{plain}\":1,\"{plain}\\t\":\"{plain}\"}}");
+            assert_eq!(String::from_utf8(out).unwrap_or_default(), want);
+        }
+    }
+
+    #[test]
+    fn repeated_timestamps() {
+        let mut out = Vec::new();
+        for ns in [1_500_000_000, 1_500_000_000, 2_000_000_001, 1_500_000_000] {
+            write_ts(&mut out, ns);
+            out.push(b' ');
+        }
+        assert_eq!(
+            String::from_utf8(out).unwrap_or_default(),
+            "1.5 1.5 2.000000001 1.5 "
+        );
     }
 
     #[test]

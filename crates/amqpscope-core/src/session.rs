@@ -6,8 +6,6 @@
 //! (method, header, body frames) into whole messages. Credentials are parsed here and redacted
 //! before any event leaves, unless the caller asks to show them.
 
-use std::collections::HashMap;
-
 use sha2::{Digest, Sha256};
 
 use crate::codec::Codec;
@@ -15,10 +13,12 @@ use crate::event::{
     Base, Connection, Dir, Event, Frame, Gap, Malformed, Message, ProtocolHeader, Resync, Tls,
 };
 use crate::frames::{FrameStream, StreamAccounting, StreamItem};
+// keyed by the core's own flow ids and (direction, channel): nothing a capture chooses freely
+use crate::fxhash::FxHashMap as HashMap;
 use crate::limits::Limits;
 use crate::tls::{starts_tls, KeyLog, TlsConn, TlsLayer, TlsOut, TlsOuts};
 use crate::types::{CloseHow, Endpoint, TcpEvent};
-use crate::value::{get, Table, Value};
+use crate::value::{get, Name, Table, Value};
 
 pub const REDACTED: &str = "[redacted]";
 const FRAME_METHOD: u8 = 1;
@@ -50,17 +50,10 @@ impl Default for Options {
 }
 
 /// The name of a frame type as events show it.
-pub fn frame_type_name(ftype: u8) -> String {
-    match ftype {
-        1 => "method".into(),
-        2 => "header".into(),
-        3 => "body".into(),
-        8 => "heartbeat".into(),
-        4 => "oob-method".into(),
-        5 => "oob-header".into(),
-        6 => "oob-body".into(),
-        7 => "trace".into(),
-        n => format!("unknown-{n}"),
+pub fn frame_type_name(ftype: u8) -> Name {
+    match crate::frames::frame_type_name(ftype) {
+        Some(known) => Name::Spec(known),
+        None => Name::from(format!("unknown-{ftype}")),
     }
 }
 
@@ -68,7 +61,7 @@ pub fn frame_type_name(ftype: u8) -> String {
 struct Content {
     /// Insertion order: open messages are closed in the order they started, as a dict iterates.
     seq: u64,
-    method: String,
+    method: Name,
     args: Table,
     first_packet: u64,
     properties: Option<Table>,
@@ -144,7 +137,7 @@ impl Session {
             codec,
             options,
             limits: limits.clone(),
-            conns: HashMap::new(),
+            conns: HashMap::default(),
             closed: StreamAccounting::default(),
             keylog: {
                 let mut k = KeyLog::new(limits.tls_keylog_entries);
@@ -385,7 +378,7 @@ impl Conn {
             closed: false,
             version: None,
             info: Info::default(),
-            contents: HashMap::new(),
+            contents: HashMap::default(),
             close_seen: false,
             next_seq: 0,
             tls: None,
@@ -914,10 +907,10 @@ impl Conn {
                     args = self.negotiation(ctx, &m.name, args, d);
                 }
                 let content = m.known && m.content;
-                let name = m.name.to_string();
+                let name = m.name.clone();
                 out.push(Event::Frame(Box::new(Frame {
                     base: b,
-                    ftype: "method".into(),
+                    ftype: Name::Spec("method"),
                     size,
                     class_id: Some(m.class_id),
                     method_id: Some(m.method_id),
@@ -959,7 +952,7 @@ impl Conn {
                 let h = ctx.codec.decode_header(payload);
                 out.push(Event::Frame(Box::new(Frame {
                     base: b,
-                    ftype: "header".into(),
+                    ftype: Name::Spec("header"),
                     size,
                     class_id: Some(h.class_id),
                     method_id: None,

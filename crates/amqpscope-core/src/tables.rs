@@ -4,7 +4,6 @@
 
 use crate::value::Name;
 use serde_json::Value as Json;
-use std::sync::Arc;
 
 /// A fixed-width wire type (read inside a run of fixed-width fields).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -217,7 +216,7 @@ impl Slots {
         if let Some(i) = self.0.iter().position(|n| &**n == name) {
             return (self.0[i].clone(), i);
         }
-        let n: Name = Arc::from(name);
+        let n = Name::interned(name);
         self.0.push(n.clone());
         (n, self.0.len() - 1)
     }
@@ -244,7 +243,7 @@ fn parse_method(m: &Json) -> Result<MethodSpec, String> {
     Ok(MethodSpec {
         class_id: u16_of(m, "class")?,
         method_id: u16_of(m, "method")?,
-        name: Arc::from(str_of(m, "name")?),
+        name: Name::interned(str_of(m, "name")?),
         content: m.get("content").and_then(Json::as_bool).unwrap_or(false),
         sent_by_client: sent_by(m, "client"),
         sent_by_server: sent_by(m, "server"),
@@ -263,13 +262,13 @@ fn parse_method(m: &Json) -> Result<MethodSpec, String> {
                 .iter()
                 .map(|n| {
                     n.as_str()
-                        .map(Arc::from)
+                        .map(Name::interned)
                         .ok_or("spec tables: a response is not a name")
                 })
                 .collect::<Result<_, _>>()?,
             None => Vec::new(),
         },
-        no_wait: m.get("no_wait").and_then(Json::as_str).map(Arc::from),
+        no_wait: m.get("no_wait").and_then(Json::as_str).map(Name::interned),
     })
 }
 

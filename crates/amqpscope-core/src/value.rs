@@ -4,10 +4,133 @@
 //! UTF-8 stay bytes, a value that could not be decoded is a `Problem` in its place, and tables keep
 //! their wire order (a repeated key keeps its first position and its last value, as a dict does).
 
-use std::sync::Arc;
+use std::borrow::Borrow;
+use std::collections::BTreeSet;
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::ops::Deref;
+use std::sync::{Arc, Mutex, PoisonError};
 
-/// A field or property name: shared with the spec tables, never copied per event.
-pub type Name = Arc<str>;
+/// A field or property name, never copied per event. The spec's names (method arguments,
+/// content properties, methods) are interned once per process and travel as plain references:
+/// the millions of tables a capture decodes clone and drop them without touching a reference
+/// count (an atomic operation each, which was a tenth of a decode). Names read off the wire
+/// (field-table keys) are unbounded, so they are shared, not interned.
+#[derive(Clone)]
+pub enum Name {
+    Spec(&'static str),
+    Wire(Arc<str>),
+}
+
+impl Name {
+    /// The spec's name `s`, interned: every call with the same text returns the same reference,
+    /// so a process leaks each distinct spec name once, whatever the number of decoders.
+    pub fn interned(s: &str) -> Name {
+        static SEEN: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
+        let mut seen = SEEN.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(known) = seen.get(s) {
+            return Name::Spec(known);
+        }
+        let leaked: &'static str = Box::leak(s.to_owned().into_boxed_str());
+        seen.insert(leaked);
+        Name::Spec(leaked)
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            Name::Spec(s) => s,
+            Name::Wire(s) => s,
+        }
+    }
+}
+
+impl Deref for Name {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl AsRef<str> for Name {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl Borrow<str> for Name {
+    fn borrow(&self) -> &str {
+        self.as_str()
+    }
+}
+
+// Compared, hashed, ordered and shown as the text (as `Arc<str>` was), whichever variant holds it.
+impl PartialEq for Name {
+    fn eq(&self, other: &Name) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for Name {}
+
+impl PartialEq<str> for Name {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for Name {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl Hash for Name {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state);
+    }
+}
+
+impl PartialOrd for Name {
+    fn partial_cmp(&self, other: &Name) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Name {
+    fn cmp(&self, other: &Name) -> std::cmp::Ordering {
+        self.as_str().cmp(other.as_str())
+    }
+}
+
+impl fmt::Debug for Name {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl fmt::Display for Name {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self.as_str(), f)
+    }
+}
+
+impl From<&str> for Name {
+    fn from(s: &str) -> Name {
+        Name::Wire(Arc::from(s))
+    }
+}
+
+impl From<String> for Name {
+    fn from(s: String) -> Name {
+        Name::Wire(Arc::from(s))
+    }
+}
+
+impl From<Arc<str>> for Name {
+    fn from(s: Arc<str>) -> Name {
+        Name::Wire(s)
+    }
+}
 
 /// A decoded value.
 #[derive(Debug, Clone, PartialEq)]

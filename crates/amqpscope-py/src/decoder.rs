@@ -194,7 +194,7 @@ impl Decoder {
             return Ok(None);
         };
         let buf = py.detach(|| {
-            let mut buf = Vec::with_capacity(events.len() * 256);
+            let mut buf = Vec::with_capacity(events.len() * 512);
             for ev in &events {
                 write_event(ev, mode, &mut buf);
             }

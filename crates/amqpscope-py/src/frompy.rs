@@ -123,12 +123,17 @@ fn frame(ev: &Bound<'_, PyAny>, base: Base, whole: bool) -> PyResult<Frame> {
     if !whole {
         let ftype: String = attr(ev, "type")?;
         let method = ftype == "method";
+        let ftype = Name::from(ftype);
         return Ok(Frame {
             base,
             size: attr(ev, "size")?,
             class_id: None,
             method_id: None,
-            method: if method { attr(ev, "method")? } else { None },
+            method: if method {
+                opt_name(ev, "method")?
+            } else {
+                None
+            },
             args: if method {
                 opt_table(&ev.getattr("args")?)?
             } else {
@@ -145,11 +150,11 @@ fn frame(ev: &Bound<'_, PyAny>, base: Base, whole: bool) -> PyResult<Frame> {
     }
     Ok(Frame {
         base,
-        ftype: attr(ev, "type")?,
+        ftype: Name::from(attr::<String>(ev, "type")?),
         size: attr(ev, "size")?,
         class_id: attr(ev, "class_id")?,
         method_id: attr(ev, "method_id")?,
-        method: attr(ev, "method")?,
+        method: opt_name(ev, "method")?,
         args: opt_table(&ev.getattr("args")?)?,
         body_size: attr(ev, "body_size")?,
         properties: opt_table(&ev.getattr("properties")?)?,
@@ -161,10 +166,15 @@ fn frame(ev: &Bound<'_, PyAny>, base: Base, whole: bool) -> PyResult<Frame> {
     })
 }
 
+/// An optional text attribute as a `Name`.
+fn opt_name(ev: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<Name>> {
+    Ok(attr::<Option<String>>(ev, name)?.map(Name::from))
+}
+
 fn message(ev: &Bound<'_, PyAny>, base: Base) -> PyResult<Message> {
     Ok(Message {
         base,
-        method: attr(ev, "method")?,
+        method: Name::from(attr::<String>(ev, "method")?),
         args: table(&ev.getattr("args")?)?,
         properties: table(&ev.getattr("properties")?)?,
         body_size: attr(ev, "body_size")?,

@@ -118,7 +118,7 @@ fn protocol_header<'c>(kw: &Kw<'_>, e: &ProtocolHeader, c: &'c Class) -> PyResul
 
 fn frame<'c>(kw: &Kw<'_>, e: &Frame, c: &'c Class) -> PyResult<&'c Class> {
     let py = kw.py();
-    kw.set_item(intern!(py, "type"), &e.ftype)?;
+    kw.set_item(intern!(py, "type"), e.ftype.as_str())?;
     kw.set_item(intern!(py, "size"), e.size)?;
     kw.set_item(intern!(py, "class_id"), e.class_id)?;
     kw.set_item(intern!(py, "method_id"), e.method_id)?;
@@ -140,7 +140,7 @@ fn frame<'c>(kw: &Kw<'_>, e: &Frame, c: &'c Class) -> PyResult<&'c Class> {
 
 fn message<'c>(kw: &Kw<'_>, e: &Message, c: &'c Class) -> PyResult<&'c Class> {
     let py = kw.py();
-    kw.set_item(intern!(py, "method"), &e.method)?;
+    kw.set_item(intern!(py, "method"), e.method.as_str())?;
     kw.set_item(intern!(py, "args"), table(py, &e.args)?)?;
     kw.set_item(intern!(py, "properties"), table(py, &e.properties)?)?;
     kw.set_item(intern!(py, "body_size"), e.body_size)?;

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use crate::fxhash::FxHashMap as HashMap;
 
-use super::{base_of, name, since, Method, Names, Outcome};
+use super::{base_of, name, since, Method, Names, Outcome, Recent};
 use crate::event::{Base, Dir, Entry};
 use crate::limits::Limits;
 use crate::value::Name;
@@ -31,6 +31,7 @@ struct Chan {
     outstanding: BTreeMap<u64, Publish>,
     /// A publish here was not kept (limits): an ack of an unknown number proves nothing.
     untracked: bool,
+    recent: Recent,
 }
 
 #[derive(Default)]
@@ -87,6 +88,7 @@ impl Confirms {
                     next_seq: 1,
                     outstanding: BTreeMap::new(),
                     untracked: false,
+                    recent: Recent::default(),
                 });
                 ch.select_pending = true;
                 ch.confirming |= nowait;
@@ -118,13 +120,14 @@ impl Confirms {
             ch.untracked = true;
             return;
         }
+        let (exchange, routing_key) = ch.recent.names(m);
         ch.outstanding.insert(
             seq,
             Publish {
                 ts_ns: m.base.ts_ns,
                 packet: m.base.packet,
-                exchange: name(m.str("exchange")),
-                routing_key: name(m.str("routing_key")),
+                exchange,
+                routing_key,
                 returned: false,
             },
         );

@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use crate::fxhash::FxHashMap as HashMap;
 
-use super::{base_of, name, since, Method, Names, Outcome};
+use super::{base_of, name, since, Method, Names, Outcome, Recent};
 use crate::event::{Base, Dir, Entry};
 use crate::limits::Limits;
 use crate::value::Name;
@@ -73,6 +73,7 @@ struct Chan {
     untracked: bool,
     /// The server sent channel.close: the broker discards the client's acks until close-ok.
     closed_by_server: bool,
+    recent: Recent,
 }
 
 impl Chan {
@@ -290,12 +291,13 @@ impl Deliveries {
             }
             return;
         }
+        let (exchange, routing_key) = ch.recent.names(m);
         let d = Delivery {
             ts_ns: m.base.ts_ns,
             packet: m.base.packet,
             consumer: rec.consumer_tag.clone(),
-            exchange: name(m.str("exchange")),
-            routing_key: name(m.str("routing_key")),
+            exchange,
+            routing_key,
             redelivered,
         };
         if let Some(old) = ch.outstanding.insert(tag, d) {

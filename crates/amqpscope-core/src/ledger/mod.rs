@@ -27,8 +27,6 @@ mod pairing;
 #[cfg(test)]
 mod tests;
 
-use std::sync::Arc;
-
 use crate::event::{Base, Dir, Entry, Event, Frame};
 use crate::limits::Limits;
 use crate::tables::SpecTables;
@@ -342,14 +340,14 @@ pub(crate) struct Names {
 impl Default for Names {
     fn default() -> Self {
         Names {
-            ack: Arc::from("basic.ack"),
-            nack: Arc::from("basic.nack"),
-            reject: Arc::from("basic.reject"),
-            deliver: Arc::from("basic.deliver"),
-            get_ok: Arc::from("basic.get-ok"),
-            qos: Arc::from("basic.qos"),
-            ret: Arc::from("basic.return"),
-            rollback: Arc::from("tx.rollback"),
+            ack: Name::Spec("basic.ack"),
+            nack: Name::Spec("basic.nack"),
+            reject: Name::Spec("basic.reject"),
+            deliver: Name::Spec("basic.deliver"),
+            get_ok: Name::Spec("basic.get-ok"),
+            qos: Name::Spec("basic.qos"),
+            ret: Name::Spec("basic.return"),
+            rollback: Name::Spec("tx.rollback"),
         }
     }
 }
@@ -373,7 +371,37 @@ pub(crate) fn since(a: i64, b: i64) -> i64 {
 
 /// A wire string as a record's text (allocated once per record that carries it).
 pub(crate) fn name(s: &str) -> Name {
-    Arc::from(s)
+    Name::from(s)
+}
+
+/// The last exchange and routing key a channel's frames named: the publishes and deliveries
+/// of a channel mostly repeat them, and a repeat is then shared, not allocated per frame.
+#[derive(Default)]
+pub(crate) struct Recent {
+    exchange: Option<Name>,
+    routing_key: Option<Name>,
+}
+
+impl Recent {
+    /// `(exchange, routing_key)` of `m` as Names.
+    pub fn names(&mut self, m: &Method<'_>) -> (Name, Name) {
+        (
+            again(&mut self.exchange, m.str("exchange")),
+            again(&mut self.routing_key, m.str("routing_key")),
+        )
+    }
+}
+
+fn again(last: &mut Option<Name>, s: &str) -> Name {
+    if s.is_empty() {
+        return Name::Spec("");
+    }
+    if let Some(n) = last.as_ref().filter(|n| n.as_str() == s) {
+        return n.clone();
+    }
+    let n = name(s);
+    *last = Some(n.clone());
+    n
 }
 
 /// A base for a record about `channel` of the connection in `base`, in direction `dir`.

@@ -1,12 +1,10 @@
 //! The ledger on hand-made event sequences: the cases the analytics and the validator rely on.
 
-use std::sync::Arc;
-
 use super::{is_violation, Ledger, Outcome};
 use crate::event::{Base, Connection, Dir, Entry, Event, Frame, Gap};
 use crate::limits::Limits;
 use crate::tables::SpecTables;
-use crate::value::{Table, Value};
+use crate::value::{Name, Table, Value};
 
 const TABLES: &str = r#"{"version":"t","classes":[],"methods":[
     {"class":20,"method":10,"name":"channel.open","reads":[],"synchronous":true,"responses":["channel.open-ok"]},
@@ -68,7 +66,7 @@ impl Script {
     ) -> Vec<Outcome> {
         let args: Table = args
             .iter()
-            .map(|(k, v)| (Arc::from(*k), v.clone()))
+            .map(|(k, v)| (Name::from(*k), v.clone()))
             .collect();
         let frame = Frame {
             base: self.base(dir, Some(channel)),
@@ -503,8 +501,8 @@ fn heartbeat_silence_against_the_interval() {
             channel: Some(0),
         };
         let (method, args) = if ftype == "method" {
-            let a: Table = vec![(Arc::from("heartbeat"), v(1))];
-            (Some("connection.tune-ok".to_string()), Some(a))
+            let a: Table = vec![(Name::from("heartbeat"), v(1))];
+            (Some(Name::from("connection.tune-ok")), Some(a))
         } else {
             (None, None)
         };

@@ -124,28 +124,49 @@ fn with_reaction(f: &Finding, reaction: String) -> Finding {
 /// The state of one capture (or live run): connections in order of first appearance.
 pub struct Checker {
     t: Arc<ValidationTables>,
+    state: State,
+}
+
+// Apart from the tables so that the frame path borrows them, not clones the Arc (an atomic
+// increment and decrement) at every step.
+struct State {
     conns: FxHashMap<i64, (u64, ConnState)>,
     order: BTreeMap<u64, i64>,
     seq: u64,
     world: World,
     bounds: Bounds,
+    /// The tables have grammars (a new connection runs them).
+    grammars: bool,
 }
 
 impl Checker {
     pub fn new(t: Arc<ValidationTables>, limits: &Limits) -> Checker {
-        let world = World::new(&t.rules.known_types);
-        Checker {
-            t,
+        let state = State {
             conns: FxHashMap::default(),
             order: BTreeMap::new(),
             seq: 0,
-            world,
+            world: World::new(&t.rules.known_types),
             bounds: Bounds::from(limits),
-        }
+            grammars: t.grammars.is_some(),
+        };
+        Checker { t, state }
     }
 
+    /// The findings `ev` proves (and held ones it releases); `outcomes` are the ledger's records
+    /// of `ev`.
+    pub fn feed(&mut self, ev: &Event, outcomes: &[Outcome], out: &mut Vec<Finding>) {
+        self.state.feed(&self.t, ev, outcomes, out);
+    }
+
+    /// The findings of the capture's end (held findings released), connection by connection.
+    pub fn finish(&mut self, out: &mut Vec<Finding>) {
+        self.state.finish(out);
+    }
+}
+
+impl State {
     fn conn(&mut self, cid: i64) -> &mut ConnState {
-        let has = self.t.grammars.is_some();
+        let has = self.grammars;
         let bounds = self.bounds;
         let (seq, order) = (&mut self.seq, &mut self.order);
         &mut self
@@ -165,20 +186,23 @@ impl Checker {
         Some(cs)
     }
 
-    /// The findings `ev` proves (and held ones it releases); `outcomes` are the ledger's records
-    /// of `ev`.
-    pub fn feed(&mut self, ev: &Event, outcomes: &[Outcome], out: &mut Vec<Finding>) {
+    fn feed(
+        &mut self,
+        t: &ValidationTables,
+        ev: &Event,
+        outcomes: &[Outcome],
+        out: &mut Vec<Finding>,
+    ) {
         match ev {
-            Event::Frame(f) => self.frame_event(f, outcomes, out),
-            Event::ProtocolHeader(h) => self.header(h, out),
-            Event::Connection(c) => self.connection(c, outcomes, out),
+            Event::Frame(f) => self.frame_event(t, f, outcomes, out),
+            Event::ProtocolHeader(h) => self.header(t, h, out),
+            Event::Connection(c) => self.connection(t, c, outcomes, out),
             Event::Malformed(m) => {
-                let t = Arc::clone(&self.t);
                 let cs = self.conn(m.base.conn);
                 cs.lose_track();
                 cs.lost[di(m.base.dir.unwrap_or(Dir::C2S))] = true; // until the stream's Resync
-                let f = malformed(&t, m);
-                emit(&t, cs, vec![f], None, out);
+                let f = malformed(t, m);
+                emit(t, cs, vec![f], None, out);
             }
             Event::Gap(g) => {
                 let cs = self.conn(g.base.conn);
@@ -194,8 +218,7 @@ impl Checker {
         }
     }
 
-    /// The findings of the capture's end (held findings released), connection by connection.
-    pub fn finish(&mut self, out: &mut Vec<Finding>) {
+    fn finish(&mut self, out: &mut Vec<Finding>) {
         let order = std::mem::take(&mut self.order);
         for cid in order.values() {
             if let Some((_, mut cs)) = self.conns.remove(cid) {
@@ -205,7 +228,13 @@ impl Checker {
         self.conns.clear();
     }
 
-    fn connection(&mut self, ev: &Connection, outcomes: &[Outcome], out: &mut Vec<Finding>) {
+    fn connection(
+        &mut self,
+        t: &ValidationTables,
+        ev: &Connection,
+        outcomes: &[Outcome],
+        out: &mut Vec<Finding>,
+    ) {
         let b = &ev.base;
         if ev.state == "open" {
             let cs = self.conn(b.conn);
@@ -218,8 +247,7 @@ impl Checker {
         self.world.forget(b.conn);
         // verdicts of the ledger that waited for a frame that never came
         let mut judged = Vec::new();
-        deliveries::from_ledger(&self.t.cat, outcomes, &mut judged);
-        let t = Arc::clone(&self.t);
+        deliveries::from_ledger(&t.cat, outcomes, &mut judged);
         let held = judged.into_iter().map(|f| {
             let f = t.rules.with_rabbitmq(f);
             let reacts = f.code.is_some() && f.severity == VIOLATION;
@@ -329,8 +357,7 @@ impl Checker {
 
     // --- protocol header -----------------------------------------------------------------------
 
-    fn header(&mut self, ev: &ProtocolHeader, out: &mut Vec<Finding>) {
-        let t = Arc::clone(&self.t);
+    fn header(&mut self, t: &ValidationTables, ev: &ProtocolHeader, out: &mut Vec<Finding>) {
         let cs = self.conn(ev.base.conn);
         let b = &ev.base;
         if b.dir == Some(Dir::C2S) {
@@ -348,7 +375,7 @@ impl Checker {
                 );
                 out.push(t.cat.finding(b, "protocol.header-version", sev, msg));
             }
-            step_conn(&t, cs, b, Dir::C2S, "protocol-header", out);
+            step_conn(t, cs, b, Dir::C2S, "protocol-header", out);
         } else {
             // the server answers a protocol header it cannot serve with its own, then closes
             // (issue #16: a failed connection, a warning; rules.rs words it)
@@ -359,8 +386,13 @@ impl Checker {
 
     // --- frames --------------------------------------------------------------------------------
 
-    fn frame_event(&mut self, ev: &Frame, outcomes: &[Outcome], out: &mut Vec<Finding>) {
-        let t = Arc::clone(&self.t);
+    fn frame_event(
+        &mut self,
+        t: &ValidationTables,
+        ev: &Frame,
+        outcomes: &[Outcome],
+        out: &mut Vec<Finding>,
+    ) {
         let cid = ev.base.conn;
         let p = ev.base.packet;
         let d = ev.base.dir.unwrap_or(Dir::C2S);
@@ -371,15 +403,20 @@ impl Checker {
         cs.high = cs.high.max(p);
         cs.last_data[di(d)] = p;
         if cs.heartbeat != 0 {
-            if let Some(f) = silence(&t, cs, ev, d) {
+            if let Some(f) = silence(t, cs, ev, d) {
                 out.push(f);
             }
         }
-        self.frame(ev, outcomes, out);
+        self.frame(t, ev, outcomes, out);
     }
 
-    fn frame(&mut self, ev: &Frame, outcomes: &[Outcome], out: &mut Vec<Finding>) {
-        let t = Arc::clone(&self.t);
+    fn frame(
+        &mut self,
+        t: &ValidationTables,
+        ev: &Frame,
+        outcomes: &[Outcome],
+        out: &mut Vec<Finding>,
+    ) {
         let cs = self.conn(ev.base.conn);
         if !outcomes.is_empty() {
             // the ledger's verdicts (delivery tags, confirms, prefetch): a bad ack or confirm comes
@@ -388,7 +425,7 @@ impl Checker {
             let mut judged = Vec::new();
             deliveries::from_ledger(&t.cat, outcomes, &mut judged);
             if !judged.is_empty() {
-                emit(&t, cs, judged, None, out);
+                emit(t, cs, judged, None, out);
             }
         }
         if fast_content(cs, ev) {
@@ -434,16 +471,16 @@ impl Checker {
                 t.cat
                     .finding_with(b, rule, VIOLATION, msg, &packets, t.cat.code(rule)),
             );
-            emit(&t, cs, new, Some(ev), out);
+            emit(t, cs, new, Some(ev), out);
             return;
         }
-        check_frame(&t, cs, ev, &mut new);
+        check_frame(t, cs, ev, &mut new);
         match ev.ftype.as_str() {
             "method" => {
                 let placed = new.iter().all(|f| {
                     f.rule != "frame.connection-channel" && f.rule != "frame.channel-zero"
                 });
-                self.method(ev, &mut new, placed);
+                self.method(t, ev, &mut new, placed);
             }
             "header" | "body" => {
                 if let Some(problem) = &ev.problem {
@@ -452,17 +489,16 @@ impl Checker {
                 }
                 if b.channel.unwrap_or(0) != 0 {
                     let cs = self.conn(b.conn);
-                    check_content(&t, cs, ev, false, &mut new);
+                    check_content(t, cs, ev, false, &mut new);
                 }
             }
             _ => {}
         }
         let cs = self.conn(ev.base.conn);
-        emit(&t, cs, new, Some(ev), out);
+        emit(t, cs, new, Some(ev), out);
     }
 
-    fn method(&mut self, ev: &Frame, out: &mut Vec<Finding>, placed: bool) {
-        let t = Arc::clone(&self.t);
+    fn method(&mut self, t: &ValidationTables, ev: &Frame, out: &mut Vec<Finding>, placed: bool) {
         let b = &ev.base;
         let name = ev.method.as_deref().unwrap_or("?");
         let d = b.dir.unwrap_or(Dir::C2S);
@@ -485,7 +521,7 @@ impl Checker {
         }
         if n != 0 {
             let cs = self.conn(b.conn);
-            check_content(&t, cs, ev, info.content, out);
+            check_content(t, cs, ev, info.content, out);
         }
         if !placed {
             return;
@@ -501,13 +537,13 @@ impl Checker {
         }
         if complete {
             let cs = self.conn(b.conn);
-            asserts(&t, cs, ev, info, args, out);
-            reserved(&t, ev, name, info, args, out);
+            asserts(t, cs, ev, info, args, out);
+            reserved(t, ev, name, info, args, out);
         }
         if n == 0 {
-            self.connection_method(ev, info, args, complete, out);
+            self.connection_method(t, ev, info, args, complete, out);
         } else {
-            self.channel_method(ev, info, args, complete, out);
+            self.channel_method(t, ev, info, args, complete, out);
         }
     }
 
@@ -515,13 +551,13 @@ impl Checker {
 
     fn connection_method(
         &mut self,
+        t: &ValidationTables,
         ev: &Frame,
         info: &MethodInfo,
         args: &Table,
         complete: bool,
         out: &mut Vec<Finding>,
     ) {
-        let t = Arc::clone(&self.t);
         let name = &*info.name;
         let b = &ev.base;
         let cs = self.conn(b.conn);
@@ -582,7 +618,7 @@ impl Checker {
         }
         if out.len() == before {
             out.push(off_connection_grammar(
-                &t,
+                t,
                 b,
                 d,
                 name,
@@ -595,13 +631,13 @@ impl Checker {
 
     fn channel_method(
         &mut self,
+        t: &ValidationTables,
         ev: &Frame,
         info: &MethodInfo,
         args: &Table,
         complete: bool,
         out: &mut Vec<Finding>,
     ) {
-        let t = Arc::clone(&self.t);
         let name = &*info.name;
         let b = &ev.base;
         let n = b.channel.unwrap_or(0);
@@ -628,12 +664,12 @@ impl Checker {
             // a channel whose history the capture does not show: learn, do not judge
             let synced = !cs.lost[0] && !cs.lost[1] && cs.in_order;
             if let Some(slot) = cs.chans.get_mut(idx) {
-                unsure_channel(&t, info, synced, &mut slot.1, ev, cs.bounds.pending);
+                unsure_channel(t, info, synced, &mut slot.1, ev, cs.bounds.pending);
             }
             return;
         }
-        let call = Call::new(ev, name, args, nowait);
-        self.sure_channel(&t, info, &call, complete, before, idx, out);
+        let call = Call::new(ev, info, args, nowait);
+        self.sure_channel(t, info, &call, complete, before, idx, out);
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -707,12 +743,10 @@ impl Checker {
         let Some((_, ch)) = cs.chans.get_mut(idx) else {
             return;
         };
-        if t.rules.suspect_names.contains(name)
-            && (!ch.suspects.is_empty() || b.dir == Some(Dir::C2S))
-        {
+        if info.suspect && (!ch.suspects.is_empty() || b.dir == Some(Dir::C2S)) {
             suspects::suspects(&t.cat, &t.rules, world, ch, c, out);
         }
-        if t.rules.exclusive_names.contains(name) {
+        if info.exclusive {
             suspects::exclusive(&t.cat, &t.rules, world, c, out);
         }
     }

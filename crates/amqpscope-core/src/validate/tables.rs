@@ -10,7 +10,7 @@ use super::asserts::{Assert, AssertKind, Atom};
 use super::catalogue::{severity, Catalogue};
 use super::fxhash::{FxHashMap, FxHashSet};
 use super::grammar::{Automaton, Dfa};
-use super::rules::RulesTables;
+use super::rules::{Handler, RulesTables};
 use crate::event::Dir;
 
 /// What the checker knows of one method.
@@ -34,6 +34,15 @@ pub struct MethodInfo {
     /// It answers a request.
     pub is_reply: bool,
     pub asserts: Vec<Assert>,
+    // The rules' tables keyed by method name, looked up here once, not per frame.
+    /// Per direction (`di`): its functional handler.
+    pub handlers: [Option<Handler>; 2],
+    /// In the rules' `suspect_names`.
+    pub suspect: bool,
+    /// In the rules' `exclusive_names`.
+    pub exclusive: bool,
+    /// The rules' (field ident, rule id) of its "amq." reserved-name rule.
+    pub reserved_name: Option<(String, String)>,
 }
 
 impl MethodInfo {
@@ -102,6 +111,10 @@ impl ValidationTables {
         for (name, m) in t.methods.iter_mut() {
             m.sym = t.syms.get(name).copied().unwrap_or(NO_SYM);
             m.is_reply = t.replies.contains(name);
+            m.handlers = [Dir::C2S, Dir::S2C].map(|d| t.rules.handler(d, name));
+            m.suspect = t.rules.suspect_names.contains(name);
+            m.exclusive = t.rules.exclusive_names.contains(name);
+            m.reserved_name = t.rules.reserved.get(name).cloned();
         }
         for (d, st) in obj(&doc["close_state"]) {
             if let (Some(d), Some(st)) = (dir(d), st.as_u64()) {
@@ -183,6 +196,7 @@ fn method(name: &str, m: &J) -> Result<MethodInfo, String> {
         asserts,
         sym: NO_SYM,
         is_reply: false,
+        ..MethodInfo::default()
     })
 }
 

@@ -11,7 +11,7 @@ use super::Validator;
 use crate::event::{Base, Connection, Dir, Entry, Event, Frame, Gap, ProtocolHeader};
 use crate::ledger::{Ledger, Outcome};
 use crate::tables::SpecTables;
-use crate::value::{Table, Value};
+use crate::value::{Name, Table, Value};
 
 /// Rules tables with nothing in them (the shape `rules_tables(spec)` writes).
 fn rules() -> serde_json::Value {
@@ -399,13 +399,13 @@ fn outcomes_are_read_as_given() {
     let b = base(1, Dir::S2C, 1);
     let mut over = Outcome::new(b.clone(), Entry::Deliver);
     over.outcome = Some("over prefetch");
-    over.consumer_tag = Some(Arc::from("ctag"));
+    over.consumer_tag = Some(Name::from("ctag"));
     over.in_flight = Some(3);
     over.limit = Some(2);
     let mut unacked = Outcome::new(b.clone(), Entry::Deliver);
     unacked.outcome = Some("unacked");
     let mut confirm = Outcome::new(b.clone(), Entry::BadConfirm);
-    confirm.method = Some(Arc::from("basic.ack"));
+    confirm.method = Some(Name::from("basic.ack"));
     confirm.tag = Some(4);
     confirm.limit = Some(3);
     confirm.outcome = Some("unknown tag");

@@ -105,7 +105,7 @@ pub fn functional(
     let Some(d) = c.ev.base.dir else {
         return; // Python: _HANDLERS.get(("", name)) finds nothing
     };
-    let Some(h) = t.handler(d, c.name) else {
+    let Some(h) = c.info.handlers[di(d)] else {
         return;
     };
     let ch = cs.chan(chan);

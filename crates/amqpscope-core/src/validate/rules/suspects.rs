@@ -39,7 +39,7 @@ pub fn suspects(
     let packet = ev.base.packet;
     if ev.base.dir == Some(Dir::C2S) {
         let passive = c.flag("passive");
-        if let Some((field, rule)) = t.reserved.get(name) {
+        if let Some((field, rule)) = &c.info.reserved_name {
             if !passive {
                 let value = c.text(field);
                 if value.starts_with("amq.") {
@@ -94,9 +94,9 @@ pub fn suspects(
                 world.types.remove(&c.text("exchange"));
             }
             "basic.publish" => {
-                let ex = c.text("exchange");
-                if !t.standard_exchanges.contains(&ex)
-                    && !world.exchanges.contains(&ex)
+                let ex = c.text_ref("exchange");
+                if !t.is_standard_exchange(&ex)
+                    && !world.exchanges.contains(ex.as_ref())
                     && ch.suspects.len() < t.max_suspects
                 {
                     ch.suspects.push((
