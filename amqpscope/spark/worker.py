@@ -69,9 +69,19 @@ class JobConfig:
     ports: frozenset[int] = frozenset({5672})
     batch_rows: int = 65536  # events per trip into the core (one Arrow batch per table): bounds memory
     plan_bytes: int = 32 << 20  # capture prefix weighed to split a capture by flow (split.py)
-    tables: tuple[str, ...] = field(default_factory=lambda: tuple(TABLES))
+    tables: tuple[str, ...] = field(default_factory=lambda: table_names(diagnose=False))
     validate: bool = True  # run the validator stage: its findings fill the ``findings`` table
     tls_keylog: str = field(default="", repr=False)  # NSS key log text (batch --tls-keylog)
+
+
+# Written only when asked for (``--diagnose``): the diagnoser runs in Python over Python event
+# objects of every frame, ~15x the time of the decode with the other tables.
+OPTIONAL_TABLES = ("diagnoses",)
+
+
+def table_names(diagnose: bool = False) -> tuple[str, ...]:
+    """The tables a job writes: all but the optional ``diagnoses``, which ``diagnose`` adds."""
+    return tuple(t for t in TABLES if diagnose or t not in OPTIONAL_TABLES)
 
 
 # What each task returns to the driver: one row per file it wrote.
