@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -75,8 +76,6 @@ class _Progress:
 
 def _size(path: str) -> int:
     try:
-        import os
-
         return os.stat(path).st_size if path != "-" else 0
     except OSError:
         return 0
@@ -160,6 +159,9 @@ def _parquet(files: tuple[str, ...], out: str | None, fmt: str, spec: str | None
         fail(f"{', '.join(refused)}: not with --format parquet (its tables hold every event, never credentials)")
     if "-" in files:
         fail("--format parquet reads capture files, not standard input")
+    # pyarrow imports numpy, whose OpenBLAS starts a thread per core that spins ~0.1 CPU-s at start:
+    # nothing here does linear algebra
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     if diagnose and not validate:
         fail("--diagnose needs validation (not with --no-validate)")
     try:

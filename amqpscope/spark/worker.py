@@ -67,7 +67,7 @@ class JobConfig:
     staging: str = ""  # URI of the job's staging directory, where tasks write their files
     spec: str | None = None
     ports: frozenset[int] = frozenset({5672})
-    batch_rows: int = 65536  # events per trip into the core (one Arrow batch per table): bounds memory
+    batch_rows: int = 16384  # events per trip into the core (one Arrow batch per table): bounds memory
     plan_bytes: int = 32 << 20  # capture prefix weighed to split a capture by flow (split.py)
     tables: tuple[str, ...] = field(default_factory=lambda: table_names(diagnose=False))
     validate: bool = True  # run the validator stage: its findings fill the ``findings`` table
@@ -219,7 +219,7 @@ class EncodingThread:
             self.thread.join()
 
 
-ROW_GROUP_BYTES = 64 << 20  # Arrow bytes per Parquet row group (a few MB once zstd-compressed)
+ROW_GROUP_BYTES = 16 << 20  # Arrow bytes per Parquet row group (~1 MB once zstd-compressed): held until written
 # Dictionary-encoded: the string columns of few distinct values. The others (numbers, messages,
 # maps, ids) gain nothing from it after zstd, and skipping it saved ~10 % of the writing CPU.
 DICTIONARY_COLUMNS = ("capture", "kind", "dir", "type", "method", "exchange", "routing_key", "queue",
