@@ -186,7 +186,10 @@ class EncodingThread:
     sum (the CPU time is the same). At most ``DEPTH`` batches wait; an encoding error is raised
     in the caller at its next ``add`` or at ``finish``."""
 
-    DEPTH = 2
+    # Batches of one trip into the core (16,384 events) are 0.1-4 MB. The writer takes a row group
+    # at once (~17 ms for 16 MiB), about one trip's decode: with only 2 batches of room the decode
+    # stopped at every row group; 8 (about two trips, ~15 MB) keep it going.
+    DEPTH = 8
 
     def __init__(self) -> None:
         self.queue: queue.Queue[tuple[TableFile, pa.RecordBatch] | None] = queue.Queue(maxsize=self.DEPTH)
