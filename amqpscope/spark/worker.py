@@ -187,7 +187,7 @@ class EncodingThread:
     in the caller at its next ``add`` or at ``finish``."""
 
     # Batches of one trip into the core (16,384 events) are 0.1-4 MB. The writer takes a row group
-    # at once (~17 ms for 16 MiB), about one trip's decode: with only 2 batches of room the decode
+    # at once (~9 ms for 8 MiB), about one trip's decode: with only 2 batches of room the decode
     # stopped at every row group; 8 (about two trips, ~15 MB) keep it going.
     DEPTH = 8
 
@@ -222,7 +222,7 @@ class EncodingThread:
             self.thread.join()
 
 
-ROW_GROUP_BYTES = 16 << 20  # Arrow bytes per Parquet row group (~1 MB once zstd-compressed): held until written
+ROW_GROUP_BYTES = 8 << 20  # Arrow bytes per Parquet row group (~0.5 MB once zstd-compressed): held until written
 # Dictionary-encoded: the string columns of few distinct values. The others (numbers, messages,
 # maps, ids) gain nothing from it after zstd, and skipping it saved ~10 % of the writing CPU.
 DICTIONARY_COLUMNS = ("capture", "kind", "dir", "type", "method", "exchange", "routing_key", "queue",
