@@ -186,10 +186,13 @@ def measure(a: argparse.Namespace, files: list[Path], tmpd: Path, mb: float, val
         rows.append((f"batch job {master}", run["job_s"], run["cpu"],
                      f"{run['slices']} slices, {run['tasks']} tasks; CPU s: {cpu_by}"))  # fmt: skip
     base = one["seconds"]
-    print(f"{'variant':<40}{'seconds':>9}{'MB/s':>8}{'x one':>7}{'CPU s':>8}{'CPU s/MB':>10}  notes")
+    print(f"{'variant':<40}{'seconds':>9}{'MB/s':>8}{'x one':>7}{'CPU s':>8}{'CPU s/MB':>10}{'cores':>7}  notes")
     for name, secs, cpu, note in rows:
-        print(f"{name:<40}{secs:>9.1f}{mb / secs:>8.1f}{base / secs:>7.2f}{cpu:>8.1f}{cpu / mb:>10.4f}  {note}")
-    print("(batch jobs: Spark's start-up excluded; 'x one' is throughput over the one-process parquet decode)")
+        print(f"{name:<40}{secs:>9.1f}{mb / secs:>8.1f}{base / secs:>7.2f}{cpu:>8.1f}{cpu / mb:>10.4f}"
+              f"{cpu / secs:>7.2f}  {note}")  # fmt: skip
+    print("(batch jobs: Spark's start-up excluded; 'x one' is throughput over the one-process parquet decode;")
+    print(" 'cores': CPU s / seconds, the cores a variant kept busy: the Parquet writer is a second thread of")
+    print(" the one process and of every task, so local[1] and the one process use more than one core too)")
     for run in spark_runs:
         start = run["session_s"] + run["warmup_s"]
         print(f"spark start-up {run['master']}: {start:.1f} s (session {run['session_s']:.1f} s, python workers "

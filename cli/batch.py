@@ -46,19 +46,25 @@ def _conf(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) ->
 @click.option("--conf", "conf", multiple=True, callback=_conf, metavar="KEY=VALUE",
               help="Extra Spark setting (repeatable), e.g. spark.executor.memory=4g.")  # fmt: skip
 @click.option("--no-validate", is_flag=True, help="No findings table (skips the core's validator).")
+@click.option("--diagnose", is_flag=True,
+              help="Also the diagnoses table (one row per cause, as 'amqpscope diagnose' reports it; needs "
+                   "validation). Python then reads every event: many times slower.")  # fmt: skip
 def batch(inputs: tuple[str, ...], out: str, master: str | None, spec: str | None, ports: tuple[int, ...],
           split_size: int, partitions: int | None, driver_memory: str | None,
-          conf: tuple[tuple[str, str], ...], no_validate: bool) -> None:  # fmt: skip
+          conf: tuple[tuple[str, str], ...], no_validate: bool, diagnose: bool) -> None:  # fmt: skip
     """Decode capture archives into Parquet tables under DIR on Spark.
 
     INPUT is a capture file (pcap, pcapng, gzip/bzip2/xz compressed), a directory (searched
     recursively), a glob, or a Hadoop URI (hdfs://, s3a://, file://). Tables: events, messages,
-    connections, findings, errors, captures, partitioned by capture_date and capture_id. Running
+    connections, findings, ledger, errors, captures (and diagnoses with --diagnose), partitioned by
+    capture_date and capture_id. Running
     again over the same captures replaces their rows. Captures that cannot be read to the end are
     listed in DIR/errors (and below); the others are written all the same.
     """
 
     def run() -> int:
+        if diagnose and no_validate:
+            fail("--diagnose needs validation (not with --no-validate)")
         try:
             from amqpscope.spark.job import JobError, JobOptions, get_session, run_job, summary
         except ImportError as exc:
@@ -69,7 +75,7 @@ def batch(inputs: tuple[str, ...], out: str, master: str | None, spec: str | Non
             load_codec(spec)  # a bad spec is one line here, not a failed task on every executor
         opts = JobOptions(inputs=inputs, out=out, master=master, spec=spec, ports=frozenset({5672, *ports}),
                           split_bytes=split_size, partitions=partitions, driver_memory=driver_memory, conf=conf,
-                          tls_keylog=tls_keylog_text(), validate=not no_validate)  # fmt: skip
+                          tls_keylog=tls_keylog_text(), validate=not no_validate, diagnose=diagnose)  # fmt: skip
         from amqpscope.spark.inputs import InputError, is_local, list_inputs
 
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -75,8 +76,6 @@ class _Progress:
 
 def _size(path: str) -> int:
     try:
-        import os
-
         return os.stat(path).st_size if path != "-" else 0
     except OSError:
         return 0
@@ -102,15 +101,20 @@ def _size(path: str) -> int:
 @click.option("--ledger", is_flag=True,
               help="Also the core's ledger events: settled deliveries, bad acks, confirms, request/response pairs, "
                    "heartbeat misses (see docs/analytics.md).")  # fmt: skip
+@click.option("--diagnose", is_flag=True,
+              help="With --format parquet, also the diagnoses table (one row per cause, as 'amqpscope diagnose' "
+                   "reports it; needs validation). Python then reads every event: many times slower.")  # fmt: skip
 def decode(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], show_credentials: bool, fmt: str,
            out: str | None, verbose: bool, count: int | None, display_filter: str | None, body: str | None,
-           stats: bool, no_progress: bool, no_validate: bool, ledger: bool) -> None:  # fmt: skip
+           stats: bool, no_progress: bool, no_validate: bool, ledger: bool, diagnose: bool) -> None:  # fmt: skip
     """Decode AMQP in capture FILES (pcap, pcapng, compressed; - for stdin)."""
     if fmt == "parquet" or out is not None:
         given = {"-Y/--filter": display_filter is not None, "--body": body is not None, "-c/--count": count is not None,
                  "--stats": stats, "-V/--verbose": verbose, "--show-credentials": show_credentials}  # fmt: skip
-        run_guarded(lambda: _parquet(files, out, fmt, spec, ports, not no_validate,
+        run_guarded(lambda: _parquet(files, out, fmt, spec, ports, not no_validate, diagnose,
                                      [name for name, on in given.items() if on]))  # fmt: skip
+    if diagnose:
+        fail("--diagnose is for --format parquet (diagnose's own command: amqpscope diagnose)")
 
     def run() -> int:
         predicate = compile_filter(display_filter)
@@ -145,7 +149,7 @@ def decode(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], sho
 
 
 def _parquet(files: tuple[str, ...], out: str | None, fmt: str, spec: str | None, ports: tuple[int, ...],
-             validate: bool, refused: list[str]) -> int:  # fmt: skip
+             validate: bool, diagnose: bool, refused: list[str]) -> int:  # fmt: skip
     """``--format parquet -o DIR``: the tables of ``amqpscope batch``, written in this process."""
     if fmt != "parquet":
         fail("-o/--out is for --format parquet (the other formats write to standard output)")
@@ -155,6 +159,11 @@ def _parquet(files: tuple[str, ...], out: str | None, fmt: str, spec: str | None
         fail(f"{', '.join(refused)}: not with --format parquet (its tables hold every event, never credentials)")
     if "-" in files:
         fail("--format parquet reads capture files, not standard input")
+    # pyarrow imports numpy, whose OpenBLAS starts a thread per core that spins ~0.1 CPU-s at start:
+    # nothing here does linear algebra
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    if diagnose and not validate:
+        fail("--diagnose needs validation (not with --no-validate)")
     try:
         from amqpscope.spark.job import JobError, summary
         from amqpscope.spark.local import write_tables
@@ -165,7 +174,7 @@ def _parquet(files: tuple[str, ...], out: str | None, fmt: str, spec: str | None
     load_codec(spec)  # a bad spec is one line before anything is written
     try:
         result = write_tables(files, out, spec=spec, ports=frozenset({5672, *ports}), validate=validate,
-                              tls_keylog=tls_keylog_text())  # fmt: skip
+                              tls_keylog=tls_keylog_text(), diagnose=diagnose)  # fmt: skip
     except (InputError, JobError) as exc:
         fail(str(exc))
     for line in summary(result):

@@ -135,8 +135,14 @@ def test_decode_parquet_has_the_diagnoses(captures_dir: Path, tmp_path: Path) ->
     import pyarrow.dataset as pads
 
     files = [str(captures_dir / n) for n in ("s09_pika_errors.pcap", "s10_pika_blocked.pcap", "s01_pika_topology.pcap")]
-    res = CliRunner().invoke(cli, ["decode", "--format", "parquet", "-o", str(tmp_path / "pq"), *files])
+    res = CliRunner().invoke(cli, ["decode", "--format", "parquet", "-o", str(tmp_path / "bare"), *files])
     assert res.exit_code == 0, res.output
+    assert not (tmp_path / "bare" / "diagnoses").exists() and "diagnoses" not in res.output  # opt-in
+    res = CliRunner().invoke(cli, ["decode", "--format", "parquet", "--diagnose", "-o", str(tmp_path / "pq"), *files])
+    assert res.exit_code == 0, res.output
+    bad = CliRunner().invoke(cli, ["decode", "--format", "parquet", "--diagnose", "--no-validate", "-o",
+                                   str(tmp_path / "x"), *files])  # fmt: skip
+    assert bad.exit_code == 2 and "--diagnose needs validation" in bad.output
     rows = pads.dataset(str(tmp_path / "pq" / "diagnoses"), format="parquet", partitioning="hive").to_table()
     got = sorted((r["capture"].rsplit("/", 1)[1], r["cause"], r["conn"], r["channel"], tuple(r["packets"]))
                  for r in rows.to_pylist())  # fmt: skip

@@ -103,7 +103,7 @@ def archive(tmp_path_factory: pytest.TempPathFactory, captures_dir: Path) -> Pat
 def first_run(spark: Any, archive: Path, captures_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("batch") / "out"
     # split_bytes far below s05's 12 MB: its two connections decode as two slices in parallel
-    opts = JobOptions(inputs=(str(captures_dir), str(archive)), out=str(out), split_bytes=1 << 20)
+    opts = JobOptions(inputs=(str(captures_dir), str(archive)), out=str(out), split_bytes=1 << 20, diagnose=True)
     result = run_job(opts, spark)
     captures = list_inputs(opts.inputs)
     return {"out": out, "opts": opts, "result": result, "captures": captures, "tables": read_all(out)}
@@ -136,7 +136,8 @@ def test_decode_parquet_equals_the_spark_job(first_run: dict[str, Any], tmp_path
     from click.testing import CliRunner
 
     out = tmp_path / "pq"
-    res = CliRunner().invoke(cli, ["decode", "--format", "parquet", "-o", str(out), *first_run["opts"].inputs])
+    res = CliRunner().invoke(cli, ["decode", "--format", "parquet", "--diagnose", "-o", str(out),
+                                   *first_run["opts"].inputs])  # fmt: skip
     assert res.exit_code == 4, res.output  # garbage.pcap (4) comes before truncated.pcap (5)
     assert "rows: events " in res.output
     local, spark = read_all(out), first_run["tables"]
@@ -366,6 +367,7 @@ def test_decode_parquet_rerun_replaces_partitions(tmp_path: Path) -> None:
     assert [r["seq"] for r in again["events"]] != [r["seq"] for r in first["events"]]
     strip = lambda rows: [{k: v for k, v in r.items() if k != "seq"} for r in rows]  # noqa: E731
     assert strip(again["events"]) == strip(first["events"]) and not again["errors"] and not again["findings"]
+    assert not (out / "diagnoses").exists()  # the diagnoses table only with --diagnose
     assert first["findings"]  # validation on by default, off with --no-validate
     assert not [p for p in out.iterdir() if p.name.startswith("_staging")]
     (out / "_amqpscope.json").write_text('{"schema_version": 0}')

@@ -35,7 +35,7 @@ from typing import Any
 
 from amqpscope.spark.inputs import Capture, InputError, is_local, list_inputs, parse_size
 from amqpscope.spark.schema import PARTITION_COLUMNS, SCHEMA_VERSION, TABLES, describe, fingerprint, spark_schema
-from amqpscope.spark.worker import MANIFEST_SCHEMA, JobConfig, Slice, run_partitions
+from amqpscope.spark.worker import MANIFEST_SCHEMA, JobConfig, Slice, run_partitions, table_names
 
 MANIFEST = "_amqpscope.json"  # beside the tables; the leading "_" hides it from Spark and globs
 DEFAULT_SPLIT_BYTES = 64 << 20
@@ -74,6 +74,7 @@ class JobOptions:
     conf: tuple[tuple[str, str], ...] = ()
     tls_keylog: str = field(default="", repr=False)  # NSS key log text, shipped to every task
     validate: bool = True  # the core validator's findings (in the same decode)
+    diagnose: bool = False  # also the diagnoses table (the Python diagnoser over every event: slow)
 
 
 @dataclass
@@ -189,7 +190,8 @@ def run_job(opts: JobOptions, spark: Any = None) -> JobResult:
     parts = pack(slices, opts.partitions or PARTITIONS_PER_CORE * parallelism)
     staging = f"{out}/_staging-{uuid.uuid4().hex[:12]}"
     config = JobConfig(partitions=parts, spec=opts.spec, ports=opts.ports, staging=staging,
-                       tls_keylog=opts.tls_keylog, validate=opts.validate)  # fmt: skip
+                       tls_keylog=opts.tls_keylog, validate=opts.validate,
+                       tables=table_names(opts.diagnose))  # fmt: skip
     result = JobResult(out=out, captures=len(captures), slices=len(slices), partitions=len(parts))
     try:
         manifest = (spark.range(0, len(parts), 1, len(parts))
@@ -199,7 +201,7 @@ def run_job(opts: JobOptions, spark: Any = None) -> JobResult:
     finally:
         fs, path = _fs(spark, staging)
         fs.delete(path, True)  # also the files of failed or speculative task attempts
-    for name in TABLES:
+    for name in config.tables:
         result.rows[name] = sum(f["rows"] for f in files if f["table"] == name)
     result.errors = sorted({(f["capture"], f["message"]) for f in files if f["table"] == "errors"})
     result.exit_code = min((f["exit_code"] for f in files if f["table"] == "errors"), default=0)
@@ -315,6 +317,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--driver-memory", default=None, help="e.g. 2g (embedded Spark only)")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting")
     p.add_argument("--no-validate", action="store_true", help="no findings table (skips the core's validator)")
+    p.add_argument("--diagnose", action="store_true",
+                   help="also the diagnoses table (needs validation; the Python diagnoser reads every event: slow)")
     return p
 
 
@@ -325,6 +329,8 @@ def options_from_args(argv: Sequence[str] | None = None) -> JobOptions:
         split = parse_size(a.split_size)
     except ValueError as exc:
         p.error(str(exc))
+    if a.diagnose and a.no_validate:
+        p.error("--diagnose needs validation (not with --no-validate)")
     conf = []
     for item in a.conf:
         key, sep, value = item.partition("=")
@@ -333,7 +339,8 @@ def options_from_args(argv: Sequence[str] | None = None) -> JobOptions:
         conf.append((key, value))
     return JobOptions(inputs=tuple(a.inputs), out=a.out, master=a.master, spec=a.spec,
                       ports=frozenset({5672, *a.port}), split_bytes=split, partitions=a.partitions,
-                      driver_memory=a.driver_memory, conf=tuple(conf), validate=not a.no_validate)  # fmt: skip
+                      driver_memory=a.driver_memory, conf=tuple(conf), validate=not a.no_validate,
+                      diagnose=a.diagnose)  # fmt: skip
 
 
 def summary(result: JobResult) -> list[str]:

@@ -22,22 +22,24 @@ from pyarrow import fs as pafs
 from .inputs import Capture, list_inputs, open_output
 from .job import MANIFEST, JobError, JobResult, _manifest
 from .schema import SCHEMA_VERSION, TABLES
-from .worker import JobConfig, Slice, write_slice
+from .worker import JobConfig, Slice, table_names, write_slice
 
 
 def write_tables(inputs: Sequence[str], out: str, spec: str | None = None, ports: frozenset[int] = frozenset({5672}),
                  validate: bool = True, progress: Callable[[Capture], None] | None = None,
-                 tls_keylog: str = "") -> JobResult:  # fmt: skip
+                 tls_keylog: str = "", diagnose: bool = False) -> JobResult:  # fmt: skip
     """Decode every capture named by ``inputs`` (files, directories, globs) into the tables under
     ``out`` (a local path, or a URI pyarrow.fs writes to). Damaged captures are ``errors`` rows.
     ``tls_keylog``: NSS key log text for every capture (each pcapng's own Decryption Secrets
-    Block is used besides)."""
+    Block is used besides). ``diagnose``: also the ``diagnoses`` table (the Python diagnoser over
+    every event, many times the decode's time)."""
     started = time.perf_counter()
     captures = list_inputs(inputs)  # InputError for a missing input
     filesystem, root = open_output(out)
     _check_manifest(filesystem, root)
     filesystem.create_dir(root, recursive=True)
-    config = JobConfig(partitions=(), spec=spec, ports=ports, validate=validate, tls_keylog=tls_keylog)
+    config = JobConfig(partitions=(), spec=spec, ports=ports, validate=validate, tls_keylog=tls_keylog,
+                       tables=table_names(diagnose))
     result = JobResult(out=out, captures=len(captures), slices=len(captures), partitions=1)
     staging = f"{root}/_staging-{uuid.uuid4().hex[:12]}"
     try:
@@ -56,7 +58,7 @@ def write_tables(inputs: Sequence[str], out: str, spec: str | None = None, ports
     finally:
         if _exists(filesystem, staging):
             filesystem.delete_dir(staging)
-    result.rows = {name: result.rows.get(name, 0) for name in TABLES}
+    result.rows = {name: result.rows.get(name, 0) for name in config.tables}
     with filesystem.open_output_stream(f"{root}/{MANIFEST}") as f:
         f.write(json.dumps(_manifest(), indent=1).encode())
     result.seconds = time.perf_counter() - started

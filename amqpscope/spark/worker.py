@@ -67,11 +67,21 @@ class JobConfig:
     staging: str = ""  # URI of the job's staging directory, where tasks write their files
     spec: str | None = None
     ports: frozenset[int] = frozenset({5672})
-    batch_rows: int = 65536  # events per trip into the core (one Arrow batch per table): bounds memory
+    batch_rows: int = 16384  # events per trip into the core (one Arrow batch per table): bounds memory
     plan_bytes: int = 32 << 20  # capture prefix weighed to split a capture by flow (split.py)
-    tables: tuple[str, ...] = field(default_factory=lambda: tuple(TABLES))
+    tables: tuple[str, ...] = field(default_factory=lambda: table_names(diagnose=False))
     validate: bool = True  # run the validator stage: its findings fill the ``findings`` table
     tls_keylog: str = field(default="", repr=False)  # NSS key log text (batch --tls-keylog)
+
+
+# Written only when asked for (``--diagnose``): the diagnoser runs in Python over Python event
+# objects of every frame, ~15x the time of the decode with the other tables.
+OPTIONAL_TABLES = ("diagnoses",)
+
+
+def table_names(diagnose: bool = False) -> tuple[str, ...]:
+    """The tables a job writes: all but the optional ``diagnoses``, which ``diagnose`` adds."""
+    return tuple(t for t in TABLES if diagnose or t not in OPTIONAL_TABLES)
 
 
 # What each task returns to the driver: one row per file it wrote.
@@ -176,7 +186,10 @@ class EncodingThread:
     sum (the CPU time is the same). At most ``DEPTH`` batches wait; an encoding error is raised
     in the caller at its next ``add`` or at ``finish``."""
 
-    DEPTH = 2
+    # Batches of one trip into the core (16,384 events) are 0.1-4 MB. The writer takes a row group
+    # at once (~9 ms for 8 MiB), about one trip's decode: with only 2 batches of room the decode
+    # stopped at every row group; 8 (about two trips, ~15 MB) keep it going.
+    DEPTH = 8
 
     def __init__(self) -> None:
         self.queue: queue.Queue[tuple[TableFile, pa.RecordBatch] | None] = queue.Queue(maxsize=self.DEPTH)
@@ -209,7 +222,7 @@ class EncodingThread:
             self.thread.join()
 
 
-ROW_GROUP_BYTES = 64 << 20  # Arrow bytes per Parquet row group (a few MB once zstd-compressed)
+ROW_GROUP_BYTES = 8 << 20  # Arrow bytes per Parquet row group (~0.5 MB once zstd-compressed): held until written
 # Dictionary-encoded: the string columns of few distinct values. The others (numbers, messages,
 # maps, ids) gain nothing from it after zstd, and skipping it saved ~10 % of the writing CPU.
 DICTIONARY_COLUMNS = ("capture", "kind", "dir", "type", "method", "exchange", "routing_key", "queue",

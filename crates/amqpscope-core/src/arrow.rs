@@ -653,6 +653,7 @@ impl Column {
         &mut self,
         rows: &[&Event],
         slots: &[Slots<'_>],
+        filled: u32,
         scratch: &mut Vec<u8>,
     ) -> Result<(), ArrowError> {
         match self.source {
@@ -665,9 +666,22 @@ impl Column {
                 }
             }
             Source::Field(f) => self.append_field(f, rows, scratch)?,
+            // no row of the chunk has the key (most promoted columns of most rows): nulls at once
+            Source::Promoted(slot) if filled & (1 << slot) == 0 => self.append_nulls(rows.len()),
             Source::Promoted(slot) => self.append_promoted(slot, slots),
         }
         Ok(())
+    }
+
+    /// `n` nulls at once (a promoted column's builder: int64, bool or string).
+    fn append_nulls(&mut self, n: usize) {
+        match &mut self.builder {
+            Builder::Int(b) => b.append_nulls(n),
+            Builder::Bool(b) => b.append_nulls(n),
+            Builder::Str(b) => b.append_nulls(n),
+            // refused for promoted columns when the builder is made
+            Builder::Float(_) | Builder::Time(_) | Builder::Map(_) | Builder::IntList(..) => {}
+        }
     }
 
     fn append_field(
@@ -1037,11 +1051,13 @@ impl TableBuilder {
         // column by column over chunks of rows small enough to stay in cache
         let mut slots: Vec<Slots<'_>> = Vec::with_capacity(CHUNK_ROWS);
         for chunk in rows.chunks(CHUNK_ROWS) {
-            if self.has_promoted {
-                fill_slots(chunk, &mut slots);
-            }
+            let filled = if self.has_promoted {
+                fill_slots(chunk, &mut slots)
+            } else {
+                0
+            };
             for col in &mut self.columns {
-                col.append_rows(chunk, &slots, &mut self.scratch)?;
+                col.append_rows(chunk, &slots, filled, &mut self.scratch)?;
             }
         }
         self.row_kinds.extend(rows.iter().map(|ev| ev.kind()));
@@ -1074,6 +1090,8 @@ fn promoted_builder(name: &str, dt: &DataType) -> Result<Builder, ArrowError> {
 /// `PROMOTED_PROPERTIES` order) of one row.
 const SLOTS: usize = PROMOTED_ARGS.len() + PROMOTED_PROPERTIES.len();
 type Slots<'e> = [Option<&'e Value>; SLOTS];
+// `fill_slots` reports the slots filled as bits of a u32
+const _: () = assert!(SLOTS <= 32);
 
 /// The slot of a promoted argument (`props` false) or property (true) by its key: one `match`
 /// per map entry instead of a search of the map per promoted column.
@@ -1121,9 +1139,10 @@ fn slot_of(props: bool, key: &str) -> Result<usize, ArrowError> {
 }
 
 /// The promoted values of `rows` into `out`, one `Slots` per row: the first entry of each key, as
-/// `value::get` finds it.
-fn fill_slots<'e>(rows: &[&'e Event], out: &mut Vec<Slots<'e>>) {
+/// `value::get` finds it. Returns the slots filled in any row (bit i: slot i).
+fn fill_slots<'e>(rows: &[&'e Event], out: &mut Vec<Slots<'e>>) -> u32 {
     out.clear();
+    let mut filled = 0u32;
     for ev in rows {
         let mut slots: Slots<'e> = [None; SLOTS];
         let (args, props) = match ev {
@@ -1136,12 +1155,14 @@ fn fill_slots<'e>(rows: &[&'e Event], out: &mut Vec<Slots<'e>>) {
                 if let Some(i) = promoted_slot(is_props, name) {
                     if slots[i].is_none() {
                         slots[i] = Some(value);
+                        filled |= 1 << i;
                     }
                 }
             }
         }
         out.push(slots);
     }
+    filled
 }
 
 /// A batch as the Arrow C data interface's array and schema (a struct array of the columns):
