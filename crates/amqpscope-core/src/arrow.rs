@@ -30,7 +30,7 @@ use arrow_array::builder::{
     TimestampMicrosecondBuilder,
 };
 use arrow_array::{Array, ArrayRef, Int64Array, MapArray, StringArray, StructArray};
-use arrow_buffer::{NullBufferBuilder, OffsetBuffer, ScalarBuffer};
+use arrow_buffer::{Buffer, NullBufferBuilder, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Field as ArrowField, FieldRef, TimeUnit};
 
 pub use arrow_array::ffi::FFI_ArrowArray;
@@ -893,10 +893,7 @@ impl Column {
         seqs: &mut Vec<i64>,
     ) -> Result<ArrayRef, ArrowError> {
         let array: ArrayRef = match (&self.source, &mut self.builder) {
-            (Source::Const(v), _) => Arc::new(StringArray::from_iter_values(std::iter::repeat_n(
-                v.as_str(),
-                rows,
-            ))),
+            (Source::Const(v), _) => Arc::new(repeated(v, rows)?),
             (Source::Kind, _) => Arc::new(StringArray::from_iter_values(kinds.iter())),
             (Source::Seq, _) => Arc::new(Int64Array::from(std::mem::take(seqs))),
             (_, Builder::Int(b)) => Arc::new(b.finish()),
@@ -909,6 +906,18 @@ impl Column {
         };
         Ok(array)
     }
+}
+
+/// `rows` copies of `v`: its bytes repeated (a few doubling copies, not one copy per row, for
+/// the three constant columns of every row) and the offsets counted out.
+fn repeated(v: &str, rows: usize) -> Result<StringArray, ArrowError> {
+    let too_long = || ArrowError::ComputeError("a constant column over 2 GiB".into());
+    let step = i32::try_from(v.len()).map_err(|_| too_long())?;
+    let n = i32::try_from(rows).map_err(|_| too_long())?;
+    step.checked_mul(n).ok_or_else(too_long)?;
+    let offsets: ScalarBuffer<i32> = (0..=n).map(|i| i * step).collect();
+    let values = Buffer::from_vec(v.as_bytes().repeat(rows));
+    StringArray::try_new(OffsetBuffer::new(offsets), values, None)
 }
 
 /// `time` as rows.py computes it: `cast(ts * 1e6, int64, safe=False)` (truncation).
