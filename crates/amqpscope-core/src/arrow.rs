@@ -1128,22 +1128,30 @@ impl TableBuilder {
     /// number of `events[0]` in its decode (the `seq` column). After an error the builder is in
     /// an unknown state: drop it.
     pub fn append(&mut self, events: &[Event], first_seq: u64) -> Result<(), ArrowError> {
-        if self.has_seq {
-            let first = i64::try_from(first_seq)
-                .map_err(|_| ArrowError::ComputeError("seq does not fit an int64".into()))?;
-            let mut seq = first;
-            for ev in events {
-                if self.takes(ev) {
+        let mut seq = if self.has_seq {
+            i64::try_from(first_seq)
+                .map_err(|_| ArrowError::ComputeError("seq does not fit an int64".into()))?
+        } else {
+            0
+        };
+        let was_empty = self.is_empty();
+        // one pass over the events: this table's rows, with their kind and number
+        let mut rows: Vec<&Event> = Vec::new();
+        for ev in events {
+            let kind = Kind::of(ev);
+            if self.kinds & (1 << kind as usize) != 0 {
+                rows.push(ev);
+                self.row_kinds.push(KINDS[kind as usize]);
+                if self.has_seq {
                     self.row_seqs.push(seq);
                 }
-                seq = seq.saturating_add(1);
             }
+            seq = seq.saturating_add(1);
         }
-        let rows: Vec<&Event> = events.iter().filter(|ev| self.takes(ev)).collect();
         if rows.is_empty() {
             return Ok(());
         }
-        if self.is_empty() {
+        if was_empty {
             // sized once for the rows to come, not grown by doubling (and copying) row by row
             for col in &mut self.columns {
                 if !matches!(col.source, Source::Kind | Source::Const(_) | Source::Seq) {
@@ -1173,7 +1181,6 @@ impl TableBuilder {
                 col.append_rows(&runs, &slots, filled, &mut self.scratch)?;
             }
         }
-        self.row_kinds.extend(rows.iter().map(|ev| ev.kind()));
         Ok(())
     }
 
@@ -1487,6 +1494,15 @@ mod tests {
         }
         for (i, kind) in Kind::ALL.into_iter().enumerate() {
             assert_eq!(kind as usize, i);
+            // "ProtocolHeader" -> "protocol-header": the `kind` column is `KINDS[kind]`
+            let mut kebab = String::new();
+            for c in format!("{kind:?}").chars() {
+                if c.is_uppercase() && !kebab.is_empty() {
+                    kebab.push('-');
+                }
+                kebab.push(c.to_ascii_lowercase());
+            }
+            assert_eq!(kebab, KINDS[i]);
         }
     }
 
