@@ -30,7 +30,7 @@ use arrow_array::builder::{
     TimestampMicrosecondBuilder,
 };
 use arrow_array::{Array, ArrayRef, Int64Array, MapArray, StringArray, StructArray};
-use arrow_buffer::{NullBufferBuilder, OffsetBuffer, ScalarBuffer};
+use arrow_buffer::{Buffer, NullBufferBuilder, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Field as ArrowField, FieldRef, TimeUnit};
 
 pub use arrow_array::ffi::FFI_ArrowArray;
@@ -38,9 +38,9 @@ pub use arrow_array::RecordBatch;
 pub use arrow_schema::ffi::FFI_ArrowSchema;
 pub use arrow_schema::{ArrowError, Schema, SchemaRef};
 
-use crate::event::{seconds, Event};
+use crate::event::{seconds, Dir, Event};
 use crate::jsonl::{write_hex, write_value};
-use crate::value::{Name, Table, Value};
+use crate::value::{Table, Value};
 
 /// `PROMOTED_ARGS` of schema.py: the method arguments with a typed column of the same name.
 pub const PROMOTED_ARGS: [&str; 15] = [
@@ -91,21 +91,52 @@ pub const KINDS: [&str; 11] = [
     "ledger",
 ];
 
-fn kind_bit(ev: &Event) -> u16 {
-    let i = match ev {
-        Event::ProtocolHeader(_) => 0,
-        Event::Frame(_) => 1,
-        Event::Message(_) => 2,
-        Event::Gap(_) => 3,
-        Event::Resync(_) => 4,
-        Event::Malformed(_) => 5,
-        Event::Connection(_) => 6,
-        Event::Accounting(_) => 7,
-        Event::Tls(_) => 8,
-        Event::Finding(_) => 9,
-        Event::Ledger(_) => 10,
-    };
-    1 << i
+/// An event's kind, in `Event` (and `KINDS`) order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    ProtocolHeader,
+    Frame,
+    Message,
+    Gap,
+    Resync,
+    Malformed,
+    Connection,
+    Accounting,
+    Tls,
+    Finding,
+    Ledger,
+}
+
+impl Kind {
+    const ALL: [Kind; KINDS.len()] = [
+        Kind::ProtocolHeader,
+        Kind::Frame,
+        Kind::Message,
+        Kind::Gap,
+        Kind::Resync,
+        Kind::Malformed,
+        Kind::Connection,
+        Kind::Accounting,
+        Kind::Tls,
+        Kind::Finding,
+        Kind::Ledger,
+    ];
+
+    fn of(ev: &Event) -> Kind {
+        match ev {
+            Event::ProtocolHeader(_) => Kind::ProtocolHeader,
+            Event::Frame(_) => Kind::Frame,
+            Event::Message(_) => Kind::Message,
+            Event::Gap(_) => Kind::Gap,
+            Event::Resync(_) => Kind::Resync,
+            Event::Malformed(_) => Kind::Malformed,
+            Event::Connection(_) => Kind::Connection,
+            Event::Accounting(_) => Kind::Accounting,
+            Event::Tls(_) => Kind::Tls,
+            Event::Finding(_) => Kind::Finding,
+            Event::Ledger(_) => Kind::Ledger,
+        }
+    }
 }
 
 /// The Arrow type a field's values take.
@@ -339,171 +370,203 @@ const FIELDS: [(&str, Field, Ty); 100] = [
     ("ref_channel", Field::RefChannel, Ty::Int),
 ];
 
-/// One field of one event, borrowed.
-enum Cell<'a> {
-    Null,
-    Int(i64),
-    UInt(u64),
-    Float(f64),
-    Bool(bool),
-    Str(&'a str),
+/// How a column reads its field off the events of one kind, typed: chosen once per column and
+/// kind when the builder is made, so that appending a run of events of one kind is a plain
+/// loop of calls, not a `match` over (field, kind) and an untyped cell per value.
+#[derive(Clone, Copy)]
+enum Get {
+    Int(fn(&Event) -> Option<i64>),
+    /// Checked against the int64 range as it is appended.
+    UInt(fn(&Event) -> Option<u64>),
+    Float(fn(&Event) -> Option<f64>),
+    Bool(fn(&Event) -> Option<bool>),
+    Str(fn(&Event) -> Option<&str>),
     /// Written as lowercase hex text (the protocol header's raw bytes).
-    Hex(&'a [u8]),
-    Map(&'a Table),
-    Ints(&'a [u64]),
+    Hex(fn(&Event) -> Option<&[u8]>),
+    Map(fn(&Event) -> Option<&Table>),
+    Ints(fn(&Event) -> Option<&[u64]>),
 }
 
-fn opt_str(v: &Option<String>) -> Cell<'_> {
-    v.as_deref().map_or(Cell::Null, Cell::Str)
+impl Get {
+    /// Whether its values go into a column of this type.
+    fn fits(self, ty: Ty) -> bool {
+        matches!(
+            (self, ty),
+            (Get::Int(_) | Get::UInt(_), Ty::Int)
+                | (Get::Float(_), Ty::Float)
+                | (Get::Bool(_), Ty::Bool)
+                | (Get::Str(_) | Get::Hex(_), Ty::Str)
+                | (Get::Map(_), Ty::Map)
+                | (Get::Ints(_), Ty::IntList)
+        )
+    }
 }
 
-fn opt_int<T: Into<i64>>(v: Option<T>) -> Cell<'static> {
-    v.map_or(Cell::Null, |v| Cell::Int(v.into()))
-}
-
-fn opt_name(v: &Option<Name>) -> Cell<'_> {
-    v.as_deref().map_or(Cell::Null, Cell::Str)
-}
-
-fn opt_seconds(v: Option<i64>) -> Cell<'static> {
-    seconds(v).map_or(Cell::Null, Cell::Float)
-}
-
-fn opt_map(v: &Option<Table>) -> Cell<'_> {
-    v.as_ref().map_or(Cell::Null, Cell::Map)
+/// `$get` reading `$body` off an `Event::$kind` (`$e` its payload); other kinds give null, which
+/// never happens: a getter is only called on the events of the kind it was chosen for.
+macro_rules! get {
+    ($get:ident, $kind:ident, |$e:ident| $body:expr) => {
+        Get::$get(|ev| match ev {
+            Event::$kind($e) => $body,
+            _ => None,
+        })
+    };
 }
 
 impl Field {
-    /// This field of `ev`; null when its kind has no such field.
-    fn cell(self, ev: &Event) -> Cell<'_> {
-        use Event as E;
+    /// How to read this field off events of `kind`; None when that kind has no such field (its
+    /// rows are null).
+    fn getter(self, kind: Kind) -> Option<Get> {
         use Field as F;
-        let base = ev.base();
-        match (self, ev) {
-            (F::Packet, _) => Cell::UInt(base.packet),
-            (F::Ts, _) => Cell::Float(base.ts()),
-            (F::Conn, _) => Cell::Int(base.conn),
-            (F::Dir, _) => base.dir.map_or(Cell::Null, |d| Cell::Str(d.as_str())),
-            (F::Channel, _) => opt_int(base.channel),
+        use Kind as K;
+        let g = match (self, kind) {
+            (F::Packet, _) => Get::UInt(|ev| Some(ev.base().packet)),
+            (F::Ts, _) => Get::Float(|ev| Some(ev.base().ts())),
+            (F::Conn, _) => Get::Int(|ev| Some(ev.base().conn)),
+            (F::Dir, _) => Get::Str(|ev| ev.base().dir.map(Dir::as_str)),
+            (F::Channel, _) => Get::Int(|ev| ev.base().channel.map(i64::from)),
 
-            (F::Type, E::Frame(e)) => Cell::Str(&e.ftype),
-            (F::Size, E::Frame(e)) => Cell::Int(e.size.into()),
-            (F::Size, E::Gap(e)) => Cell::UInt(e.size),
-            (F::ClassId, E::Frame(e)) => opt_int(e.class_id),
-            (F::MethodId, E::Frame(e)) => opt_int(e.method_id),
-            (F::Method, E::Frame(e)) => opt_name(&e.method),
-            (F::Method, E::Message(e)) => Cell::Str(&e.method),
-            (F::Args, E::Frame(e)) => opt_map(&e.args),
-            (F::Args, E::Message(e)) => Cell::Map(&e.args),
-            (F::BodySize, E::Frame(e)) => e.body_size.map_or(Cell::Null, Cell::UInt),
-            (F::BodySize, E::Message(e)) => Cell::UInt(e.body_size),
-            (F::Properties, E::Frame(e)) => opt_map(&e.properties),
-            (F::Properties, E::Message(e)) => Cell::Map(&e.properties),
-            (F::Resync, E::Frame(e)) => Cell::Bool(e.resync),
-            (F::Problem, E::Frame(e)) => opt_str(&e.problem),
+            (F::Type, K::Frame) => get!(Str, Frame, |e| Some(e.ftype.as_str())),
+            (F::Size, K::Frame) => get!(Int, Frame, |e| Some(e.size.into())),
+            (F::Size, K::Gap) => get!(UInt, Gap, |e| Some(e.size)),
+            (F::ClassId, K::Frame) => get!(Int, Frame, |e| e.class_id.map(i64::from)),
+            (F::MethodId, K::Frame) => get!(Int, Frame, |e| e.method_id.map(i64::from)),
+            (F::Method, K::Frame) => get!(Str, Frame, |e| e.method.as_deref()),
+            (F::Method, K::Message) => get!(Str, Message, |e| Some(e.method.as_str())),
+            (F::Args, K::Frame) => get!(Map, Frame, |e| e.args.as_ref()),
+            (F::Args, K::Message) => get!(Map, Message, |e| Some(&e.args)),
+            (F::BodySize, K::Frame) => get!(UInt, Frame, |e| e.body_size),
+            (F::BodySize, K::Message) => get!(UInt, Message, |e| Some(e.body_size)),
+            (F::Properties, K::Frame) => get!(Map, Frame, |e| e.properties.as_ref()),
+            (F::Properties, K::Message) => get!(Map, Message, |e| Some(&e.properties)),
+            (F::Resync, K::Frame) => get!(Bool, Frame, |e| Some(e.resync)),
+            (F::Problem, K::Frame) => get!(Str, Frame, |e| e.problem.as_deref()),
 
-            (F::Version, E::ProtocolHeader(e)) => Cell::Str(&e.version),
-            (F::Version, E::Connection(e)) => opt_str(&e.version),
-            (F::Raw, E::ProtocolHeader(e)) => Cell::Hex(&e.raw),
-            (F::LostFrame, E::Gap(e)) => opt_str(&e.lost_frame),
-            (F::Skipped, E::Resync(e)) => Cell::UInt(e.skipped),
-            (F::Reason, E::Resync(e)) => Cell::Str(&e.reason),
-            (F::Reason, E::Malformed(e)) => Cell::Str(&e.reason),
-            (F::Offset, E::Malformed(e)) => Cell::UInt(e.offset),
+            (F::Version, K::ProtocolHeader) => {
+                get!(Str, ProtocolHeader, |e| Some(e.version.as_str()))
+            }
+            (F::Version, K::Connection) => get!(Str, Connection, |e| e.version.as_deref()),
+            (F::Raw, K::ProtocolHeader) => get!(Hex, ProtocolHeader, |e| Some(&e.raw[..])),
+            (F::LostFrame, K::Gap) => get!(Str, Gap, |e| e.lost_frame.as_deref()),
+            (F::Skipped, K::Resync) => get!(UInt, Resync, |e| Some(e.skipped)),
+            (F::Reason, K::Resync) => get!(Str, Resync, |e| Some(e.reason.as_str())),
+            (F::Reason, K::Malformed) => get!(Str, Malformed, |e| Some(e.reason.as_str())),
+            (F::Offset, K::Malformed) => get!(UInt, Malformed, |e| Some(e.offset)),
 
-            (F::BodyReceived, E::Message(e)) => Cell::UInt(e.body_received),
-            (F::Complete, E::Message(e)) => Cell::Bool(e.complete),
-            (F::FirstPacket, E::Message(e)) => Cell::UInt(e.first_packet),
-            (F::Frames, E::Message(e)) => Cell::UInt(e.frames),
-            (F::Frames, E::Accounting(e)) => Cell::UInt(e.frames),
-            (F::BodySha256, E::Message(e)) => opt_str(&e.body_sha256),
+            (F::BodyReceived, K::Message) => get!(UInt, Message, |e| Some(e.body_received)),
+            (F::Complete, K::Message) => get!(Bool, Message, |e| Some(e.complete)),
+            (F::FirstPacket, K::Message) => get!(UInt, Message, |e| Some(e.first_packet)),
+            (F::Frames, K::Message) => get!(UInt, Message, |e| Some(e.frames)),
+            (F::Frames, K::Accounting) => get!(UInt, Accounting, |e| Some(e.frames)),
+            (F::BodySha256, K::Message) => get!(Str, Message, |e| e.body_sha256.as_deref()),
 
-            (F::State, E::Connection(e)) => Cell::Str(&e.state),
-            (F::Client, E::Connection(e)) => Cell::Str(&e.client),
-            (F::Server, E::Connection(e)) => Cell::Str(&e.server),
-            (F::SynSeen, E::Connection(e)) => Cell::Bool(e.syn_seen),
-            (F::Ended, E::Connection(e)) => opt_str(&e.ended),
-            (F::FrameMax, E::Connection(e)) => opt_int(e.frame_max),
-            (F::ChannelMax, E::Connection(e)) => opt_int(e.channel_max),
-            (F::Heartbeat, E::Connection(e)) => opt_int(e.heartbeat),
-            (F::Mechanism, E::Connection(e)) => opt_str(&e.mechanism),
-            (F::User, E::Connection(e)) => opt_str(&e.user),
-            (F::Password, E::Connection(e)) => opt_str(&e.password),
-            (F::Vhost, E::Connection(e)) => opt_str(&e.vhost),
-            (F::ClientProduct, E::Connection(e)) => opt_str(&e.client_product),
-            (F::ClientVersion, E::Connection(e)) => opt_str(&e.client_version),
-            (F::ClientPlatform, E::Connection(e)) => opt_str(&e.client_platform),
-            (F::ServerProduct, E::Connection(e)) => opt_str(&e.server_product),
-            (F::ServerVersion, E::Connection(e)) => opt_str(&e.server_version),
-            (F::CloseCode, E::Connection(e)) => opt_int(e.close_code),
-            (F::CloseText, E::Connection(e)) => opt_str(&e.close_text),
-            (F::CloseBy, E::Connection(e)) => opt_str(&e.close_by),
-            (F::FramesC2s, E::Connection(e)) => Cell::UInt(e.frames_c2s),
-            (F::FramesS2c, E::Connection(e)) => Cell::UInt(e.frames_s2c),
-            (F::BytesC2s, E::Connection(e)) => Cell::UInt(e.bytes_c2s),
-            (F::BytesS2c, E::Connection(e)) => Cell::UInt(e.bytes_s2c),
-            (F::ClientProperties, E::Connection(e)) => opt_map(&e.client_properties),
-            (F::ServerProperties, E::Connection(e)) => opt_map(&e.server_properties),
+            (F::State, K::Connection) => get!(Str, Connection, |e| Some(e.state.as_str())),
+            (F::Client, K::Connection) => get!(Str, Connection, |e| Some(e.client.as_str())),
+            (F::Server, K::Connection) => get!(Str, Connection, |e| Some(e.server.as_str())),
+            (F::SynSeen, K::Connection) => get!(Bool, Connection, |e| Some(e.syn_seen)),
+            (F::Ended, K::Connection) => get!(Str, Connection, |e| e.ended.as_deref()),
+            (F::FrameMax, K::Connection) => get!(Int, Connection, |e| e.frame_max),
+            (F::ChannelMax, K::Connection) => get!(Int, Connection, |e| e.channel_max),
+            (F::Heartbeat, K::Connection) => get!(Int, Connection, |e| e.heartbeat),
+            (F::Mechanism, K::Connection) => get!(Str, Connection, |e| e.mechanism.as_deref()),
+            (F::User, K::Connection) => get!(Str, Connection, |e| e.user.as_deref()),
+            (F::Password, K::Connection) => get!(Str, Connection, |e| e.password.as_deref()),
+            (F::Vhost, K::Connection) => get!(Str, Connection, |e| e.vhost.as_deref()),
+            (F::ClientProduct, K::Connection) => {
+                get!(Str, Connection, |e| e.client_product.as_deref())
+            }
+            (F::ClientVersion, K::Connection) => {
+                get!(Str, Connection, |e| e.client_version.as_deref())
+            }
+            (F::ClientPlatform, K::Connection) => {
+                get!(Str, Connection, |e| e.client_platform.as_deref())
+            }
+            (F::ServerProduct, K::Connection) => {
+                get!(Str, Connection, |e| e.server_product.as_deref())
+            }
+            (F::ServerVersion, K::Connection) => {
+                get!(Str, Connection, |e| e.server_version.as_deref())
+            }
+            (F::CloseCode, K::Connection) => get!(Int, Connection, |e| e.close_code),
+            (F::CloseText, K::Connection) => get!(Str, Connection, |e| e.close_text.as_deref()),
+            (F::CloseBy, K::Connection) => get!(Str, Connection, |e| e.close_by.as_deref()),
+            (F::FramesC2s, K::Connection) => get!(UInt, Connection, |e| Some(e.frames_c2s)),
+            (F::FramesS2c, K::Connection) => get!(UInt, Connection, |e| Some(e.frames_s2c)),
+            (F::BytesC2s, K::Connection) => get!(UInt, Connection, |e| Some(e.bytes_c2s)),
+            (F::BytesS2c, K::Connection) => get!(UInt, Connection, |e| Some(e.bytes_s2c)),
+            (F::ClientProperties, K::Connection) => {
+                get!(Map, Connection, |e| e.client_properties.as_ref())
+            }
+            (F::ServerProperties, K::Connection) => {
+                get!(Map, Connection, |e| e.server_properties.as_ref())
+            }
 
-            (F::StreamBytes, E::Accounting(e)) => Cell::UInt(e.stream_bytes),
-            (F::FrameBytes, E::Accounting(e)) => Cell::UInt(e.frame_bytes),
-            (F::HeaderBytes, E::Accounting(e)) => Cell::UInt(e.header_bytes),
-            (F::GapBytes, E::Accounting(e)) => Cell::UInt(e.gap_bytes),
-            (F::SkippedBytes, E::Accounting(e)) => Cell::UInt(e.skipped_bytes),
-            (F::PendingBytes, E::Accounting(e)) => Cell::UInt(e.pending_bytes),
-            (F::Packets, E::Accounting(e)) => Cell::UInt(e.packets),
-            (F::TcpPackets, E::Accounting(e)) => Cell::UInt(e.tcp_packets),
-            (F::TlsBytes, E::Accounting(e)) => Cell::UInt(e.tls_bytes),
-            (F::TlsOpaqueBytes, E::Accounting(e)) => Cell::UInt(e.tls_opaque_bytes),
+            (F::StreamBytes, K::Accounting) => get!(UInt, Accounting, |e| Some(e.stream_bytes)),
+            (F::FrameBytes, K::Accounting) => get!(UInt, Accounting, |e| Some(e.frame_bytes)),
+            (F::HeaderBytes, K::Accounting) => get!(UInt, Accounting, |e| Some(e.header_bytes)),
+            (F::GapBytes, K::Accounting) => get!(UInt, Accounting, |e| Some(e.gap_bytes)),
+            (F::SkippedBytes, K::Accounting) => {
+                get!(UInt, Accounting, |e| Some(e.skipped_bytes))
+            }
+            (F::PendingBytes, K::Accounting) => {
+                get!(UInt, Accounting, |e| Some(e.pending_bytes))
+            }
+            (F::Packets, K::Accounting) => get!(UInt, Accounting, |e| Some(e.packets)),
+            (F::TcpPackets, K::Accounting) => get!(UInt, Accounting, |e| Some(e.tcp_packets)),
+            (F::TlsBytes, K::Accounting) => get!(UInt, Accounting, |e| Some(e.tls_bytes)),
+            (F::TlsOpaqueBytes, K::Accounting) => {
+                get!(UInt, Accounting, |e| Some(e.tls_opaque_bytes))
+            }
 
-            (F::TlsVersion, E::Connection(e)) => opt_str(&e.tls_version),
-            (F::TlsSuite, E::Connection(e)) => opt_str(&e.tls_suite),
-            (F::TlsResumed, E::Connection(e)) => e.tls_resumed.map_or(Cell::Null, Cell::Bool),
-            (F::Client, E::Tls(e)) => Cell::Str(&e.client),
-            (F::Server, E::Tls(e)) => Cell::Str(&e.server),
-            (F::Version, E::Tls(e)) => opt_str(&e.version),
-            (F::Suite, E::Tls(e)) => opt_str(&e.suite),
-            (F::Sni, E::Tls(e)) => opt_str(&e.sni),
-            (F::Alpn, E::Tls(e)) => opt_str(&e.alpn),
-            (F::Resumed, E::Tls(e)) => Cell::Bool(e.resumed),
-            (F::Decrypted, E::Tls(e)) => Cell::Bool(e.decrypted),
-            (F::Reason, E::Tls(e)) => opt_str(&e.reason),
-            (F::Records, E::Tls(e)) => Cell::UInt(e.records),
-            (F::RecordsDecrypted, E::Tls(e)) => Cell::UInt(e.records_decrypted),
-            (F::RecordsFailed, E::Tls(e)) => Cell::UInt(e.records_failed),
-            (F::RecordsLost, E::Tls(e)) => Cell::UInt(e.records_lost),
-            (F::BytesC2s, E::Tls(e)) => Cell::UInt(e.bytes_c2s),
-            (F::BytesS2c, E::Tls(e)) => Cell::UInt(e.bytes_s2c),
+            (F::TlsVersion, K::Connection) => get!(Str, Connection, |e| e.tls_version.as_deref()),
+            (F::TlsSuite, K::Connection) => get!(Str, Connection, |e| e.tls_suite.as_deref()),
+            (F::TlsResumed, K::Connection) => get!(Bool, Connection, |e| e.tls_resumed),
+            (F::Client, K::Tls) => get!(Str, Tls, |e| Some(e.client.as_str())),
+            (F::Server, K::Tls) => get!(Str, Tls, |e| Some(e.server.as_str())),
+            (F::Version, K::Tls) => get!(Str, Tls, |e| e.version.as_deref()),
+            (F::Suite, K::Tls) => get!(Str, Tls, |e| e.suite.as_deref()),
+            (F::Sni, K::Tls) => get!(Str, Tls, |e| e.sni.as_deref()),
+            (F::Alpn, K::Tls) => get!(Str, Tls, |e| e.alpn.as_deref()),
+            (F::Resumed, K::Tls) => get!(Bool, Tls, |e| Some(e.resumed)),
+            (F::Decrypted, K::Tls) => get!(Bool, Tls, |e| Some(e.decrypted)),
+            (F::Reason, K::Tls) => get!(Str, Tls, |e| e.reason.as_deref()),
+            (F::Records, K::Tls) => get!(UInt, Tls, |e| Some(e.records)),
+            (F::RecordsDecrypted, K::Tls) => get!(UInt, Tls, |e| Some(e.records_decrypted)),
+            (F::RecordsFailed, K::Tls) => get!(UInt, Tls, |e| Some(e.records_failed)),
+            (F::RecordsLost, K::Tls) => get!(UInt, Tls, |e| Some(e.records_lost)),
+            (F::BytesC2s, K::Tls) => get!(UInt, Tls, |e| Some(e.bytes_c2s)),
+            (F::BytesS2c, K::Tls) => get!(UInt, Tls, |e| Some(e.bytes_s2c)),
 
-            (F::Rule, E::Finding(e)) => Cell::Str(&e.rule),
-            (F::Severity, E::Finding(e)) => Cell::Str(e.severity),
-            (F::Code, E::Finding(e)) => opt_int(e.code),
-            (F::RabbitmqCode, E::Finding(e)) => opt_int(e.rabbitmq_code),
-            (F::Message, E::Finding(e)) => Cell::Str(&e.message),
-            (F::ProvingPackets, E::Finding(e)) => Cell::Ints(&e.packets),
-            (F::PeerReaction, E::Finding(e)) => opt_str(&e.peer_reaction),
-            (F::Entry, E::Ledger(e)) => Cell::Str(e.entry.as_str()),
-            (F::Method, E::Ledger(e)) => opt_name(&e.method),
-            (F::Request, E::Ledger(e)) => opt_name(&e.request),
-            (F::Tag, E::Ledger(e)) => e.tag.map_or(Cell::Null, Cell::UInt),
-            (F::Count, E::Ledger(e)) => Cell::UInt(e.count),
-            (F::Multiple, E::Ledger(e)) => Cell::Bool(e.multiple),
-            (F::Requeue, E::Ledger(e)) => Cell::Bool(e.requeue),
-            (F::Redelivered, E::Ledger(e)) => Cell::Bool(e.redelivered),
-            (F::Returned, E::Ledger(e)) => Cell::Bool(e.returned),
-            (F::Outcome, E::Ledger(e)) => e.outcome.map_or(Cell::Null, Cell::Str),
-            (F::Latency, E::Ledger(e)) => opt_seconds(e.latency_ns),
-            (F::Duration, E::Ledger(e)) => opt_seconds(e.duration_ns),
-            (F::Idle, E::Ledger(e)) => opt_seconds(e.idle_ns),
-            (F::InFlight, E::Ledger(e)) => e.in_flight.map_or(Cell::Null, Cell::UInt),
-            (F::Limit, E::Ledger(e)) => e.limit.map_or(Cell::Null, Cell::UInt),
-            (F::ConsumerTag, E::Ledger(e)) => opt_name(&e.consumer_tag),
-            (F::Exchange, E::Ledger(e)) => opt_name(&e.exchange),
-            (F::RoutingKey, E::Ledger(e)) => opt_name(&e.routing_key),
-            (F::RefPacket, E::Ledger(e)) => e.ref_packet.map_or(Cell::Null, Cell::UInt),
-            (F::RefChannel, E::Ledger(e)) => opt_int(e.ref_channel),
-            _ => Cell::Null,
-        }
+            (F::Rule, K::Finding) => get!(Str, Finding, |e| Some(e.rule.as_str())),
+            (F::Severity, K::Finding) => get!(Str, Finding, |e| Some(e.severity)),
+            (F::Code, K::Finding) => get!(Int, Finding, |e| e.code),
+            (F::RabbitmqCode, K::Finding) => get!(Int, Finding, |e| e.rabbitmq_code),
+            (F::Message, K::Finding) => get!(Str, Finding, |e| Some(e.message.as_str())),
+            (F::ProvingPackets, K::Finding) => get!(Ints, Finding, |e| Some(&e.packets[..])),
+            (F::PeerReaction, K::Finding) => get!(Str, Finding, |e| e.peer_reaction.as_deref()),
+            (F::Entry, K::Ledger) => get!(Str, Ledger, |e| Some(e.entry.as_str())),
+            (F::Method, K::Ledger) => get!(Str, Ledger, |e| e.method.as_deref()),
+            (F::Request, K::Ledger) => get!(Str, Ledger, |e| e.request.as_deref()),
+            (F::Tag, K::Ledger) => get!(UInt, Ledger, |e| e.tag),
+            (F::Count, K::Ledger) => get!(UInt, Ledger, |e| Some(e.count)),
+            (F::Multiple, K::Ledger) => get!(Bool, Ledger, |e| Some(e.multiple)),
+            (F::Requeue, K::Ledger) => get!(Bool, Ledger, |e| Some(e.requeue)),
+            (F::Redelivered, K::Ledger) => get!(Bool, Ledger, |e| Some(e.redelivered)),
+            (F::Returned, K::Ledger) => get!(Bool, Ledger, |e| Some(e.returned)),
+            (F::Outcome, K::Ledger) => get!(Str, Ledger, |e| e.outcome),
+            (F::Latency, K::Ledger) => get!(Float, Ledger, |e| seconds(e.latency_ns)),
+            (F::Duration, K::Ledger) => get!(Float, Ledger, |e| seconds(e.duration_ns)),
+            (F::Idle, K::Ledger) => get!(Float, Ledger, |e| seconds(e.idle_ns)),
+            (F::InFlight, K::Ledger) => get!(UInt, Ledger, |e| e.in_flight),
+            (F::Limit, K::Ledger) => get!(UInt, Ledger, |e| e.limit),
+            (F::ConsumerTag, K::Ledger) => get!(Str, Ledger, |e| e.consumer_tag.as_deref()),
+            (F::Exchange, K::Ledger) => get!(Str, Ledger, |e| e.exchange.as_deref()),
+            (F::RoutingKey, K::Ledger) => get!(Str, Ledger, |e| e.routing_key.as_deref()),
+            (F::RefPacket, K::Ledger) => get!(UInt, Ledger, |e| e.ref_packet),
+            (F::RefChannel, K::Ledger) => get!(Int, Ledger, |e| e.ref_channel.map(i64::from)),
+            _ => return None,
+        };
+        Some(g)
     }
 }
 
@@ -515,7 +578,8 @@ enum Source {
     Seq,
     Const(String),
     Time,
-    Field(Field),
+    /// An event field: how to read it off each kind (`Kind` order), None where it has none.
+    Field([Option<Get>; KINDS.len()]),
     /// A promoted argument or property: its slot (`promoted_slot`).
     Promoted(usize),
 }
@@ -562,6 +626,12 @@ impl MapColumn {
             .map_err(|_| ArrowError::ComputeError("too many map entries in one batch".into()))?;
         self.offsets.push(end);
         Ok(())
+    }
+
+    fn append_nulls(&mut self, n: usize) {
+        self.nulls.append_n_nulls(n);
+        let end = self.offsets.last().copied().unwrap_or(0);
+        self.offsets.extend(std::iter::repeat_n(end, n));
     }
 
     fn finish(&mut self) -> Result<ArrayRef, ArrowError> {
@@ -613,6 +683,19 @@ enum Builder {
 }
 
 impl Builder {
+    /// `n` nulls at once.
+    fn append_nulls(&mut self, n: usize) {
+        match self {
+            Builder::Int(b) => b.append_nulls(n),
+            Builder::Float(b) => b.append_nulls(n),
+            Builder::Bool(b) => b.append_nulls(n),
+            Builder::Str(b) => b.append_nulls(n),
+            Builder::Time(b) => b.append_nulls(n),
+            Builder::Map(m) => m.append_nulls(n),
+            Builder::IntList(b, _) => b.append_nulls(n),
+        }
+    }
+
     /// An empty builder of the same type with room for `rows` rows.
     fn fresh(&self, rows: usize) -> Builder {
         match self {
@@ -647,130 +730,125 @@ struct Column {
 }
 
 impl Column {
-    /// This column's values of `rows`, one tight loop per column (the source and the builder
-    /// type are matched once per batch, not once per row).
+    /// This column's values of a chunk of rows: `runs` cuts it into runs of one kind, `slots`
+    /// holds its promoted values (`filled`: the slots any row has). The source and builder type
+    /// are matched once per column and run, not once per row.
     fn append_rows(
         &mut self,
-        rows: &[&Event],
+        runs: &[Run<'_, '_>],
         slots: &[Slots<'_>],
         filled: u32,
         scratch: &mut Vec<u8>,
     ) -> Result<(), ArrowError> {
-        match self.source {
+        match &self.source {
             Source::Kind | Source::Const(_) | Source::Seq => {}
             Source::Time => {
                 if let Builder::Time(b) = &mut self.builder {
-                    for ev in rows {
-                        b.append_value(micros(ev.base().ts()));
+                    for (_, rows) in runs {
+                        for ev in *rows {
+                            b.append_value(micros(ev.base().ts()));
+                        }
                     }
                 }
             }
-            Source::Field(f) => self.append_field(f, rows, scratch)?,
+            Source::Field(getters) => {
+                let getters = *getters;
+                for (kind, rows) in runs {
+                    match getters[*kind as usize] {
+                        // a kind without the field: its rows are nulls, appended at once
+                        None => self.builder.append_nulls(rows.len()),
+                        Some(get) => self.append_run(get, rows, scratch)?,
+                    }
+                }
+            }
             // no row of the chunk has the key (most promoted columns of most rows): nulls at once
-            Source::Promoted(slot) if filled & (1 << slot) == 0 => self.append_nulls(rows.len()),
-            Source::Promoted(slot) => self.append_promoted(slot, slots),
+            Source::Promoted(slot) if filled & (1 << slot) == 0 => {
+                self.builder.append_nulls(slots.len())
+            }
+            Source::Promoted(slot) => {
+                let slot = *slot;
+                self.append_promoted(slot, slots)
+            }
         }
         Ok(())
     }
 
-    /// `n` nulls at once (a promoted column's builder: int64, bool or string).
-    fn append_nulls(&mut self, n: usize) {
-        match &mut self.builder {
-            Builder::Int(b) => b.append_nulls(n),
-            Builder::Bool(b) => b.append_nulls(n),
-            Builder::Str(b) => b.append_nulls(n),
-            // refused for promoted columns when the builder is made
-            Builder::Float(_) | Builder::Time(_) | Builder::Map(_) | Builder::IntList(..) => {}
-        }
-    }
-
-    fn append_field(
+    /// The values of `rows`, all of the kind `get` was chosen for.
+    fn append_run(
         &mut self,
-        f: Field,
+        get: Get,
         rows: &[&Event],
         scratch: &mut Vec<u8>,
     ) -> Result<(), ArrowError> {
-        match &mut self.builder {
-            Builder::Int(b) => {
+        let too_big = |v: u64| {
+            ArrowError::ComputeError(format!("{}: {v} does not fit an int64 column", self.name))
+        };
+        match (&mut self.builder, get) {
+            (Builder::Int(b), Get::Int(g)) => {
                 for ev in rows {
-                    match f.cell(ev) {
-                        Cell::Int(v) => b.append_value(v),
-                        Cell::UInt(v) => match i64::try_from(v) {
-                            Ok(v) => b.append_value(v),
-                            Err(_) => {
-                                return Err(ArrowError::ComputeError(format!(
-                                    "{}: {v} does not fit an int64 column",
-                                    self.name
-                                )))
-                            }
-                        },
-                        _ => b.append_null(),
+                    b.append_option(g(ev));
+                }
+            }
+            (Builder::Int(b), Get::UInt(g)) => {
+                for ev in rows {
+                    match g(ev) {
+                        Some(v) => b.append_value(i64::try_from(v).map_err(|_| too_big(v))?),
+                        None => b.append_null(),
                     }
                 }
             }
-            Builder::Float(b) => {
+            (Builder::Float(b), Get::Float(g)) => {
                 for ev in rows {
-                    match f.cell(ev) {
-                        Cell::Float(v) => b.append_value(v),
-                        _ => b.append_null(),
-                    }
+                    b.append_option(g(ev));
                 }
             }
-            Builder::Bool(b) => {
+            (Builder::Bool(b), Get::Bool(g)) => {
                 for ev in rows {
-                    match f.cell(ev) {
-                        Cell::Bool(v) => b.append_value(v),
-                        _ => b.append_null(),
-                    }
+                    b.append_option(g(ev));
                 }
             }
-            Builder::Str(b) => {
+            (Builder::Str(b), Get::Str(g)) => {
                 for ev in rows {
-                    match f.cell(ev) {
-                        Cell::Str(s) => b.append_value(s),
-                        Cell::Hex(raw) => {
+                    b.append_option(g(ev));
+                }
+            }
+            (Builder::Str(b), Get::Hex(g)) => {
+                for ev in rows {
+                    match g(ev) {
+                        Some(raw) => {
                             scratch.clear();
                             write_hex(scratch, raw);
                             b.append_value(utf8(scratch)?);
                         }
-                        _ => b.append_null(),
+                        None => b.append_null(),
                     }
                 }
             }
-            Builder::Time(b) => {
+            (Builder::Map(m), Get::Map(g)) => {
                 for ev in rows {
-                    match f.cell(ev) {
-                        Cell::Float(v) => b.append_value(micros(v)),
-                        _ => b.append_null(),
-                    }
+                    m.append(g(ev), scratch)?;
                 }
             }
-            Builder::Map(m) => {
+            (Builder::IntList(b, _), Get::Ints(g)) => {
                 for ev in rows {
-                    match f.cell(ev) {
-                        Cell::Map(t) => m.append(Some(t), scratch)?,
-                        _ => m.append(None, scratch)?,
-                    }
-                }
-            }
-            Builder::IntList(b, _) => {
-                for ev in rows {
-                    match f.cell(ev) {
-                        Cell::Ints(values) => {
+                    match g(ev) {
+                        Some(values) => {
                             for v in values {
-                                let v = i64::try_from(*v).map_err(|_| {
-                                    ArrowError::ComputeError(format!(
-                                        "{}: {v} does not fit an int64 column",
-                                        self.name
-                                    ))
-                                })?;
-                                b.values().append_value(v);
+                                b.values()
+                                    .append_value(i64::try_from(*v).map_err(|_| too_big(*v))?);
                             }
                             b.append(true);
                         }
-                        _ => b.append_null(),
+                        None => b.append_null(),
                     }
                 }
+            }
+            // `Get::fits` was checked when the builder was made
+            _ => {
+                return Err(ArrowError::ComputeError(format!(
+                    "{}: the field's values do not fit the column's builder",
+                    self.name
+                )))
             }
         }
         Ok(())
@@ -815,10 +893,7 @@ impl Column {
         seqs: &mut Vec<i64>,
     ) -> Result<ArrayRef, ArrowError> {
         let array: ArrayRef = match (&self.source, &mut self.builder) {
-            (Source::Const(v), _) => Arc::new(StringArray::from_iter_values(std::iter::repeat_n(
-                v.as_str(),
-                rows,
-            ))),
+            (Source::Const(v), _) => Arc::new(repeated(v, rows)?),
             (Source::Kind, _) => Arc::new(StringArray::from_iter_values(kinds.iter())),
             (Source::Seq, _) => Arc::new(Int64Array::from(std::mem::take(seqs))),
             (_, Builder::Int(b)) => Arc::new(b.finish()),
@@ -833,13 +908,29 @@ impl Column {
     }
 }
 
+/// `rows` copies of `v`: its bytes repeated (a few doubling copies, not one copy per row, for
+/// the three constant columns of every row) and the offsets counted out.
+fn repeated(v: &str, rows: usize) -> Result<StringArray, ArrowError> {
+    let too_long = || ArrowError::ComputeError("a constant column over 2 GiB".into());
+    let step = i32::try_from(v.len()).map_err(|_| too_long())?;
+    let n = i32::try_from(rows).map_err(|_| too_long())?;
+    step.checked_mul(n).ok_or_else(too_long)?;
+    let offsets: ScalarBuffer<i32> = (0..=n).map(|i| i * step).collect();
+    let values = Buffer::from_vec(v.as_bytes().repeat(rows));
+    StringArray::try_new(OffsetBuffer::new(offsets), values, None)
+}
+
 /// `time` as rows.py computes it: `cast(ts * 1e6, int64, safe=False)` (truncation).
 fn micros(ts: f64) -> i64 {
     (ts * 1e6) as i64
 }
 
-/// Rows appended column by column at a time: the source and builder type are matched once per
-/// column and chunk, and the chunk's events stay in cache across its columns.
+/// Consecutive rows of one kind.
+type Run<'r, 'e> = (Kind, &'r [&'e Event]);
+
+/// Rows appended column by column a chunk at a time: the source and builder type are matched
+/// once per column and run of one kind in the chunk, and the chunk's events stay in cache across
+/// its columns.
 const CHUNK_ROWS: usize = 128;
 
 /// The rows of one table: events in, `RecordBatch`es out.
@@ -969,7 +1060,19 @@ impl TableBuilder {
                     promoted_builder(name, dt)?,
                 )
             } else if let Some((_, field, ty)) = field_named(name, dt) {
-                (Source::Field(*field), builder_of(name, *ty, dt)?)
+                let mut getters = [None; KINDS.len()];
+                for kind in Kind::ALL {
+                    if mask & (1 << kind as usize) == 0 {
+                        continue;
+                    }
+                    getters[kind as usize] = field.getter(kind);
+                    if getters[kind as usize].is_some_and(|g| !g.fits(*ty)) {
+                        return Err(ArrowError::SchemaError(format!(
+                            "column {name:?}: the core's {kind:?} field is not of its type"
+                        )));
+                    }
+                }
+                (Source::Field(getters), builder_of(name, *ty, dt)?)
             } else if let Some((key, _)) = PROMOTED_PROPERTIES.iter().find(|(_, c)| *c == name) {
                 (
                     Source::Promoted(slot_of(true, key)?),
@@ -1018,29 +1121,37 @@ impl TableBuilder {
 
     /// Whether events of this kind are rows of this table.
     pub fn takes(&self, ev: &Event) -> bool {
-        self.kinds & kind_bit(ev) != 0
+        self.kinds & (1 << Kind::of(ev) as usize) != 0
     }
 
     /// Append the events of this table's kinds (others are passed over); `first_seq` is the
     /// number of `events[0]` in its decode (the `seq` column). After an error the builder is in
     /// an unknown state: drop it.
     pub fn append(&mut self, events: &[Event], first_seq: u64) -> Result<(), ArrowError> {
-        if self.has_seq {
-            let first = i64::try_from(first_seq)
-                .map_err(|_| ArrowError::ComputeError("seq does not fit an int64".into()))?;
-            let mut seq = first;
-            for ev in events {
-                if self.takes(ev) {
+        let mut seq = if self.has_seq {
+            i64::try_from(first_seq)
+                .map_err(|_| ArrowError::ComputeError("seq does not fit an int64".into()))?
+        } else {
+            0
+        };
+        let was_empty = self.is_empty();
+        // one pass over the events: this table's rows, with their kind and number
+        let mut rows: Vec<&Event> = Vec::new();
+        for ev in events {
+            let kind = Kind::of(ev);
+            if self.kinds & (1 << kind as usize) != 0 {
+                rows.push(ev);
+                self.row_kinds.push(KINDS[kind as usize]);
+                if self.has_seq {
                     self.row_seqs.push(seq);
                 }
-                seq = seq.saturating_add(1);
             }
+            seq = seq.saturating_add(1);
         }
-        let rows: Vec<&Event> = events.iter().filter(|ev| self.takes(ev)).collect();
         if rows.is_empty() {
             return Ok(());
         }
-        if self.is_empty() {
+        if was_empty {
             // sized once for the rows to come, not grown by doubling (and copying) row by row
             for col in &mut self.columns {
                 if !matches!(col.source, Source::Kind | Source::Const(_) | Source::Seq) {
@@ -1050,17 +1161,26 @@ impl TableBuilder {
         }
         // column by column over chunks of rows small enough to stay in cache
         let mut slots: Vec<Slots<'_>> = Vec::with_capacity(CHUNK_ROWS);
+        let mut runs: Vec<Run<'_, '_>> = Vec::new();
         for chunk in rows.chunks(CHUNK_ROWS) {
             let filled = if self.has_promoted {
                 fill_slots(chunk, &mut slots)
             } else {
                 0
             };
+            runs.clear();
+            let mut rest = chunk;
+            while let Some(first) = rest.first() {
+                let kind = Kind::of(first);
+                let n = rest.iter().take_while(|ev| Kind::of(ev) == kind).count();
+                let (run, tail) = rest.split_at(n);
+                runs.push((kind, run));
+                rest = tail;
+            }
             for col in &mut self.columns {
-                col.append_rows(chunk, &slots, filled, &mut self.scratch)?;
+                col.append_rows(&runs, &slots, filled, &mut self.scratch)?;
             }
         }
-        self.row_kinds.extend(rows.iter().map(|ev| ev.kind()));
         Ok(())
     }
 
@@ -1359,6 +1479,31 @@ mod tests {
         assert!(TableBuilder::new(s, &["frame"], &CONSTANTS).is_err());
         let s = schema(&[]);
         assert!(TableBuilder::new(s, &["frame"], &[("packet", "1")]).is_err());
+    }
+
+    /// Every field's getter, of every kind that has it, gives values of the field's column type
+    /// (what `TableBuilder::new` checks per table), and `Kind::ALL` follows `KINDS`.
+    #[test]
+    fn getters_fit_their_columns() {
+        for (name, field, ty) in FIELDS {
+            for kind in Kind::ALL {
+                if let Some(g) = field.getter(kind) {
+                    assert!(g.fits(ty), "{name} of {kind:?}");
+                }
+            }
+        }
+        for (i, kind) in Kind::ALL.into_iter().enumerate() {
+            assert_eq!(kind as usize, i);
+            // "ProtocolHeader" -> "protocol-header": the `kind` column is `KINDS[kind]`
+            let mut kebab = String::new();
+            for c in format!("{kind:?}").chars() {
+                if c.is_uppercase() && !kebab.is_empty() {
+                    kebab.push('-');
+                }
+                kebab.push(c.to_ascii_lowercase());
+            }
+            assert_eq!(kebab, KINDS[i]);
+        }
     }
 
     #[test]
