@@ -115,26 +115,36 @@ def test_sniff_decodes_a_client_writing_its_key_log_while_it_runs(tls_broker: Pr
     assert secrets and not any(s in out for s in secrets)
 
 
-def test_sniff_opens_held_records_when_their_keys_arrive(tls_broker: PrivateBroker, tmp_path: Path) -> None:
-    private, keys, pcap = tmp_path / "client.keys", tmp_path / "followed.keys", tmp_path / "held.pcapng"
+def keys_arrive_late(tls_broker: PrivateBroker, tmp_path: Path, pcap: Path, queue: str,
+                     before: list[bytes]) -> tuple[list[dict[str, Any]], set[int], dict[str, Any], Path]:  # fmt: skip
+    """A TLS session sniffed with a followed key log that stays empty while ``before`` is published
+    (its records are read without keys), then gets the client's keys before five more publishes.
+    Returns the records, the TLS connections, their one ``tls`` record and the client's key log."""
+    private, keys = tmp_path / "client.keys", tmp_path / "followed.keys"
     sniffer = sniff(tmp_path, tls_broker, keys, pcap)
     try:
         conn = tls_connection(tls_broker, private)
-        publish(conn, "amqpscope.held", [b"before %d" % i for i in range(5)])
+        publish(conn, queue, before)
         plain_round_trip(sniffer, tls_broker)  # the records above were read, without their keys
         assert not tls_conns(sniffer.records(), tls_broker.tls_port)
         assert not any(r["kind"] == "frame" and r["server"] == f"127.0.0.1:{tls_broker.tls_port}"
                        for r in sniffer.records() if "server" in r)  # fmt: skip
         keys.write_text(private.read_text())  # the keys arrive
-        publish(conn, "amqpscope.held", [b"after %d" % i for i in range(5)])
+        publish(conn, queue, [b"after %d" % i for i in range(5)])
         conn.close()
         sniffer.wait_for(lambda r: r["kind"] == "tls" and r["server"] == f"127.0.0.1:{tls_broker.tls_port}")
     finally:
         rc = sniffer.stop()
     assert rc == 0, sniffer.stderr
     recs = sniffer.records()
-    conns = tls_conns(recs, tls_broker.tls_port)
     (tls,) = [r for r in recs if r["kind"] == "tls"]
+    return recs, tls_conns(recs, tls_broker.tls_port), tls, private
+
+
+def test_sniff_opens_held_records_when_their_keys_arrive(tls_broker: PrivateBroker, tmp_path: Path) -> None:
+    pcap = tmp_path / "held.pcapng"
+    recs, conns, tls, private = keys_arrive_late(tls_broker, tmp_path, pcap, "amqpscope.held",
+                                                 [b"before %d" % i for i in range(5)])  # fmt: skip
     assert (tls["decrypted"], tls["reason"], tls["records_lost"], tls["records_failed"]) == (True, None, 0, 0)
     bodies = [r for r in recs if r["kind"] == "message" and r["conn"] in conns and r["method"] == "basic.publish"]
     assert len(bodies) == 10 and all(m["complete"] for m in bodies)
@@ -144,24 +154,11 @@ def test_sniff_opens_held_records_when_their_keys_arrive(tls_broker: PrivateBrok
 
 
 def test_sniff_reports_records_past_the_held_bound(tls_broker: PrivateBroker, tmp_path: Path) -> None:
-    private, keys, pcap = tmp_path / "client.keys", tmp_path / "followed.keys", tmp_path / "bound.pcapng"
     big = 256 * 1024
     n_before = HELD_BOUND // big + 4  # a megabyte more than may be held for the client's direction
-    sniffer = sniff(tmp_path, tls_broker, keys, pcap)
-    try:
-        conn = tls_connection(tls_broker, private)
-        publish(conn, "amqpscope.bound", [bytes([65 + i]) * big for i in range(n_before)])
-        plain_round_trip(sniffer, tls_broker)
-        keys.write_text(private.read_text())
-        publish(conn, "amqpscope.bound", [b"after %d" % i for i in range(5)])
-        conn.close()
-        sniffer.wait_for(lambda r: r["kind"] == "tls" and r["server"] == f"127.0.0.1:{tls_broker.tls_port}")
-    finally:
-        rc = sniffer.stop()
-    assert rc == 0, sniffer.stderr
-    recs = sniffer.records()
-    conns = tls_conns(recs, tls_broker.tls_port)
-    (tls,) = [r for r in recs if r["kind"] == "tls"]
+    pcap = tmp_path / "bound.pcapng"
+    recs, conns, tls, private = keys_arrive_late(tls_broker, tmp_path, pcap, "amqpscope.bound",
+                                                 [bytes([65 + i]) * big for i in range(n_before)])  # fmt: skip
     assert tls["decrypted"] and tls["records_lost"] > 0
     assert tls["reason"] == "records not kept while waiting for their keys (held-records bound)"
     ours = [r for r in recs if r["conn"] in conns]

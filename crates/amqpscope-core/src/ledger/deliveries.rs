@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use crate::fxhash::FxHashMap as HashMap;
 
-use super::{base_of, name, since, Method, Names, Outcome, Recent};
+use super::{base_of, end_fate, name, since, Method, Names, Outcome, Recent};
 use crate::event::{Base, Dir, Entry};
 use crate::limits::Limits;
 use crate::value::Name;
@@ -558,12 +558,7 @@ impl Deliveries {
     }
 
     pub fn end(&mut self, at: &Base, at_eof: bool, out: &mut Vec<Outcome>) {
-        let fate = if at_eof {
-            "open at end"
-        } else {
-            "connection closed"
-        };
-        self.release(at, at.conn, None, fate, out);
+        self.release(at, at.conn, None, end_fate(at_eof), out);
         self.conns.remove(&at.conn);
     }
 }

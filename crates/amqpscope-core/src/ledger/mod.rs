@@ -365,6 +365,16 @@ impl Names {
 }
 
 /// `b - a` in nanoseconds, never negative (captures are not always in time order).
+/// What happened to what a connection still held when it ended: closed, or cut by the end of the
+/// capture (deliveries and confirms alike).
+pub(crate) fn end_fate(at_eof: bool) -> &'static str {
+    if at_eof {
+        "open at end"
+    } else {
+        "connection closed"
+    }
+}
+
 pub(crate) fn since(a: i64, b: i64) -> i64 {
     b.saturating_sub(a).max(0)
 }
