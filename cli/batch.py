@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from .common import fail, run_guarded, spec_option, tls_keylog_option, tls_keylog_text, warn
+from .common import compression_option, fail, run_guarded, spec_option, tls_keylog_option, tls_keylog_text, warn
 
 
 def _size(ctx: click.Context, param: click.Parameter, value: str) -> int:
@@ -46,12 +46,13 @@ def _conf(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) ->
 @click.option("--conf", "conf", multiple=True, callback=_conf, metavar="KEY=VALUE",
               help="Extra Spark setting (repeatable), e.g. spark.executor.memory=4g.")  # fmt: skip
 @click.option("--no-validate", is_flag=True, help="No findings table (skips the core's validator).")
+@compression_option
 @click.option("--diagnose", is_flag=True,
               help="Also the diagnoses table (one row per cause, as 'amqpscope diagnose' reports it; needs "
                    "validation). Python then reads every event: many times slower.")  # fmt: skip
 def batch(inputs: tuple[str, ...], out: str, master: str | None, spec: str | None, ports: tuple[int, ...],
           split_size: int, partitions: int | None, driver_memory: str | None,
-          conf: tuple[tuple[str, str], ...], no_validate: bool, diagnose: bool) -> None:  # fmt: skip
+          conf: tuple[tuple[str, str], ...], no_validate: bool, compression: str, diagnose: bool) -> None:  # fmt: skip
     """Decode capture archives into Parquet tables under DIR on Spark.
 
     INPUT is a capture file (pcap, pcapng, gzip/bzip2/xz compressed), a directory (searched
@@ -75,7 +76,8 @@ def batch(inputs: tuple[str, ...], out: str, master: str | None, spec: str | Non
             load_codec(spec)  # a bad spec is one line here, not a failed task on every executor
         opts = JobOptions(inputs=inputs, out=out, master=master, spec=spec, ports=frozenset({5672, *ports}),
                           split_bytes=split_size, partitions=partitions, driver_memory=driver_memory, conf=conf,
-                          tls_keylog=tls_keylog_text(), validate=not no_validate, diagnose=diagnose)  # fmt: skip
+                          tls_keylog=tls_keylog_text(), validate=not no_validate, diagnose=diagnose,
+                          compression=compression)  # fmt: skip
         from amqpscope.spark.inputs import InputError, is_local, list_inputs
 
         try:

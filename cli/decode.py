@@ -21,6 +21,7 @@ from amqpscope.output.writers import WRITERS, JsonlWriter, Writer
 
 from .common import (
     CaptureRun,
+    compression_option,
     fail,
     input_options,
     load_codec,
@@ -101,17 +102,19 @@ def _size(path: str) -> int:
 @click.option("--ledger", is_flag=True,
               help="Also the core's ledger events: settled deliveries, bad acks, confirms, request/response pairs, "
                    "heartbeat misses (see docs/analytics.md).")  # fmt: skip
+@compression_option
 @click.option("--diagnose", is_flag=True,
               help="With --format parquet, also the diagnoses table (one row per cause, as 'amqpscope diagnose' "
                    "reports it; needs validation). Python then reads every event: many times slower.")  # fmt: skip
 def decode(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], show_credentials: bool, fmt: str,
            out: str | None, verbose: bool, count: int | None, display_filter: str | None, body: str | None,
-           stats: bool, no_progress: bool, no_validate: bool, ledger: bool, diagnose: bool) -> None:  # fmt: skip
+           stats: bool, no_progress: bool, no_validate: bool, ledger: bool, diagnose: bool,
+           compression: str) -> None:  # fmt: skip
     """Decode AMQP in capture FILES (pcap, pcapng, compressed; - for stdin)."""
     if fmt == "parquet" or out is not None:
         given = {"-Y/--filter": display_filter is not None, "--body": body is not None, "-c/--count": count is not None,
                  "--stats": stats, "-V/--verbose": verbose, "--show-credentials": show_credentials}  # fmt: skip
-        run_guarded(lambda: _parquet(files, out, fmt, spec, ports, not no_validate, diagnose,
+        run_guarded(lambda: _parquet(files, out, fmt, spec, ports, not no_validate, diagnose, compression,
                                      [name for name, on in given.items() if on]))  # fmt: skip
     if diagnose:
         fail("--diagnose is for --format parquet (diagnose's own command: amqpscope diagnose)")
@@ -149,7 +152,7 @@ def decode(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], sho
 
 
 def _parquet(files: tuple[str, ...], out: str | None, fmt: str, spec: str | None, ports: tuple[int, ...],
-             validate: bool, diagnose: bool, refused: list[str]) -> int:  # fmt: skip
+             validate: bool, diagnose: bool, compression: str, refused: list[str]) -> int:  # fmt: skip
     """``--format parquet -o DIR``: the tables of ``amqpscope batch``, written in this process."""
     if fmt != "parquet":
         fail("-o/--out is for --format parquet (the other formats write to standard output)")
@@ -174,7 +177,7 @@ def _parquet(files: tuple[str, ...], out: str | None, fmt: str, spec: str | None
     load_codec(spec)  # a bad spec is one line before anything is written
     try:
         result = write_tables(files, out, spec=spec, ports=frozenset({5672, *ports}), validate=validate,
-                              tls_keylog=tls_keylog_text(), diagnose=diagnose)  # fmt: skip
+                              tls_keylog=tls_keylog_text(), diagnose=diagnose, compression=compression)  # fmt: skip
     except (InputError, JobError) as exc:
         fail(str(exc))
     for line in summary(result):

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from amqpscope.spark import COMPRESSIONS, DEFAULT_COMPRESSION
 from amqpscope.spark.inputs import Capture, InputError, is_local, list_inputs, parse_size
 from amqpscope.spark.schema import PARTITION_COLUMNS, SCHEMA_VERSION, TABLES, describe, fingerprint, spark_schema
 from amqpscope.spark.worker import MANIFEST_SCHEMA, JobConfig, Slice, run_partitions, table_names
@@ -75,6 +76,7 @@ class JobOptions:
     tls_keylog: str = field(default="", repr=False)  # NSS key log text, shipped to every task
     validate: bool = True  # the core validator's findings (in the same decode)
     diagnose: bool = False  # also the diagnoses table (the Python diagnoser over every event: slow)
+    compression: str = DEFAULT_COMPRESSION  # of the Parquet files (COMPRESSIONS)
 
 
 @dataclass
@@ -191,7 +193,7 @@ def run_job(opts: JobOptions, spark: Any = None) -> JobResult:
     staging = f"{out}/_staging-{uuid.uuid4().hex[:12]}"
     config = JobConfig(partitions=parts, spec=opts.spec, ports=opts.ports, staging=staging,
                        tls_keylog=opts.tls_keylog, validate=opts.validate,
-                       tables=table_names(opts.diagnose))  # fmt: skip
+                       tables=table_names(opts.diagnose), compression=opts.compression)  # fmt: skip
     result = JobResult(out=out, captures=len(captures), slices=len(slices), partitions=len(parts))
     try:
         manifest = (spark.range(0, len(parts), 1, len(parts))
@@ -319,6 +321,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-validate", action="store_true", help="no findings table (skips the core's validator)")
     p.add_argument("--diagnose", action="store_true",
                    help="also the diagnoses table (needs validation; the Python diagnoser reads every event: slow)")
+    p.add_argument("--compression", choices=COMPRESSIONS, default=DEFAULT_COMPRESSION,
+                   help=f"Parquet compression (default {DEFAULT_COMPRESSION})")
     return p
 
 
@@ -340,7 +344,7 @@ def options_from_args(argv: Sequence[str] | None = None) -> JobOptions:
     return JobOptions(inputs=tuple(a.inputs), out=a.out, master=a.master, spec=a.spec,
                       ports=frozenset({5672, *a.port}), split_bytes=split, partitions=a.partitions,
                       driver_memory=a.driver_memory, conf=tuple(conf), validate=not a.no_validate,
-                      diagnose=a.diagnose)  # fmt: skip
+                      diagnose=a.diagnose, compression=a.compression)  # fmt: skip
 
 
 def summary(result: JobResult) -> list[str]:

@@ -19,6 +19,7 @@ from typing import Any
 
 from pyarrow import fs as pafs
 
+from . import DEFAULT_COMPRESSION
 from .inputs import Capture, list_inputs, open_output
 from .job import MANIFEST, JobError, JobResult, _manifest
 from .schema import SCHEMA_VERSION, TABLES
@@ -27,7 +28,8 @@ from .worker import JobConfig, Slice, table_names, write_slice
 
 def write_tables(inputs: Sequence[str], out: str, spec: str | None = None, ports: frozenset[int] = frozenset({5672}),
                  validate: bool = True, progress: Callable[[Capture], None] | None = None,
-                 tls_keylog: str = "", diagnose: bool = False) -> JobResult:  # fmt: skip
+                 tls_keylog: str = "", diagnose: bool = False,
+                 compression: str = DEFAULT_COMPRESSION) -> JobResult:  # fmt: skip
     """Decode every capture named by ``inputs`` (files, directories, globs) into the tables under
     ``out`` (a local path, or a URI pyarrow.fs writes to). Damaged captures are ``errors`` rows.
     ``tls_keylog``: NSS key log text for every capture (each pcapng's own Decryption Secrets
@@ -39,7 +41,7 @@ def write_tables(inputs: Sequence[str], out: str, spec: str | None = None, ports
     _check_manifest(filesystem, root)
     filesystem.create_dir(root, recursive=True)
     config = JobConfig(partitions=(), spec=spec, ports=ports, validate=validate, tls_keylog=tls_keylog,
-                       tables=table_names(diagnose))
+                       tables=table_names(diagnose), compression=compression)
     result = JobResult(out=out, captures=len(captures), slices=len(captures), partitions=1)
     staging = f"{root}/_staging-{uuid.uuid4().hex[:12]}"
     try:

@@ -10,7 +10,9 @@ frames). Nothing is decoded again and only pyarrow is needed (``pyarrow.dataset`
 at a time, read in batches: memory does not grow with the capture's size). Local directories
 only: ``hdfs://`` or ``s3a://`` output is read where it is mounted.
 
-Values come back as the events had them, with two limits of the tables' map columns (``args``,
+The promoted columns' values are put back into ``args`` and ``properties`` (the maps hold only
+the rest), in the spec's field order. Values come back as the events had them, with two limits of
+the tables' map columns (``args``,
 ``properties``, connection properties: strings as they are, anything else as JSON text): the
 arguments and properties are typed again from the spec (a field of a string type stays text, any
 other is parsed from its JSON), and the values of field tables (``headers``,
@@ -50,7 +52,7 @@ from amqpscope.events import (
 )
 
 from .job import MANIFEST
-from .schema import PARTITION_COLUMNS, SCHEMA_VERSION, TABLES, record_fields
+from .schema import PARTITION_COLUMNS, PROMOTED_ARGS, PROMOTED_PROPERTIES, SCHEMA_VERSION, TABLES, record_fields
 
 # The tables an analysis reads, in the order their rows are merged for equal keys (never needed:
 # seq numbers are unique within a slice).
@@ -59,6 +61,8 @@ STRING_TYPES = frozenset({"shortstr", "longstr"})
 MAP_COLUMNS = frozenset({"args", "properties", "client_properties", "server_properties"})
 CLASSES: dict[str, type[Event]] = {cls.kind: cls for cls in (Frame, ProtocolHeader, Gap, Resync, Malformed, Message,
                                                               Connection, Tls, Finding, Ledger)}  # fmt: skip
+# (key, column) of the promoted values of each map: ``args`` and ``properties`` hold the rest
+PROMOTED_KEYS = {"args": [(c, c) for c, _ in PROMOTED_ARGS], "properties": [(p, c) for p, c, _ in PROMOTED_PROPERTIES]}
 _SLICE = re.compile(r"part-(\d+)-")
 _PARTITIONS = pa.schema([pa.field(name, pa.string()) for name in PARTITION_COLUMNS])
 BATCH_ROWS = 8192
@@ -157,6 +161,20 @@ class _Typer:
         return out
 
     @staticmethod
+    def merged(rest: dict[str, Any] | None, held: dict[str, Any], types: dict[str, str] | None) -> dict[str, Any] | None:
+        """A map's rest with the values its promoted columns held (``held``, non-null only) put
+        back, in the spec's field order (the wire's), then what the spec does not name."""
+        if not held:
+            return rest
+        out = dict(rest or {})
+        out.update(held)
+        if types is None:
+            return out
+        ordered = {k: out.pop(k) for k in types if k in out}
+        ordered.update(out)
+        return ordered
+
+    @staticmethod
     def texts(entries: list[tuple[str, str]] | None) -> dict[str, Any] | None:
         return None if entries is None else dict(entries)
 
@@ -168,6 +186,11 @@ def _maker(cls: type[Event], names: set[str], typer: _Typer) -> Callable[[dict[s
     maps = [f for f in fields if f in MAP_COLUMNS]
     packets = "packets" in fields and cls is Finding
     defaulted = _DEFAULTED[cls]
+    # (key, column) of the values the maps leave to promoted columns, when the table has them
+    held = {src: [(key, col) for key, col in pairs if col in names] for src, pairs in PROMOTED_KEYS.items()}
+
+    def promoted(cols: dict[str, list[Any]], i: int, src: str) -> dict[str, Any]:
+        return {key: v for key, col in held[src] if (v := cols[col][i]) is not None}
 
     def make(cols: dict[str, list[Any]], i: int) -> Event:
         kw = {f: cols[f][i] for f in plain}
@@ -176,10 +199,12 @@ def _maker(cls: type[Event], names: set[str], typer: _Typer) -> Callable[[dict[s
         for f in maps:
             entries = cols[f][i]
             if f == "args":
-                kw[f] = typer.typed(entries, typer.methods.get(cols["method"][i] or ""))
+                types = typer.methods.get(cols["method"][i] or "")
+                kw[f] = typer.merged(typer.typed(entries, types), promoted(cols, i, f), types)
             elif f == "properties":
                 cid = cols["class_id"][i] if "class_id" in cols else None
-                kw[f] = typer.typed(entries, typer.props.get(cid if cid is not None else 60))
+                types = typer.props.get(cid if cid is not None else 60)
+                kw[f] = typer.merged(typer.typed(entries, types), promoted(cols, i, f), types)
             else:
                 kw[f] = typer.texts(entries)
         if cls is Message:
@@ -232,6 +257,8 @@ def capture_events(root: str, cap: CaptureTables, spec: Spec, findings: bool = T
         if data is None:
             continue
         wanted = {"kind", "seq"} | {f.name for cls in TABLES[table].classes for f in record_fields(cls)}
+        if TABLES[table].promoted:
+            wanted |= {col for pairs in PROMOTED_KEYS.values() for _key, col in pairs}
         columns = [f.name for f in TABLES[table].schema if f.name in wanted]
         flt = ds.field("capture_id") == cap.capture_id
         for frag in data.get_fragments(filter=flt):

@@ -35,7 +35,7 @@ from amqpscope.events import (
     Tls,
 )
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4  # 4: the maps hold only what no promoted column holds
 SCHEMA_FINGERPRINT = "7ffde4a2d6c33ce7"  # of describe(); see module doc before changing
 
 # Partition columns, last in every table: the capture's UTC day (of its first packet) and a stable
@@ -45,8 +45,9 @@ PARTITION_COLUMNS = ("capture_date", "capture_id")
 # Never written, whatever the options: the Parquet archive is shared more widely than a terminal.
 EXCLUDED_FIELDS = frozenset({"password"})
 
-# Arguments and properties promoted to typed columns (besides the full map), so the usual queries
-# need no map lookups. Names must not clash with event fields: channel.close's class_id/method_id
+# Arguments and properties promoted to typed columns, so the usual queries need no map lookups.
+# The ``args`` and ``properties`` maps hold the rest: a value its column holds (of the column's
+# type) is not repeated in the map. Names must not clash with event fields: channel.close's class_id/method_id
 # args are only in the map, and the ``type`` property becomes ``message_type``.
 PROMOTED_ARGS: tuple[tuple[str, pa.DataType], ...] = (
     ("exchange", pa.string()),

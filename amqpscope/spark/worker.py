@@ -37,6 +37,7 @@ from amqpscope.dissect.codec import Codec, get_codec
 from amqpscope.dissect.spec import DEFAULT_SPEC, bundled_spec_path
 from amqpscope.pipeline import Options, RunStats, open_decoder
 
+from . import DEFAULT_COMPRESSION
 from .inputs import open_output, open_stream
 from .rows import records_batch
 from .schema import PARTITION_COLUMNS, TABLE_OF_KIND, TABLES
@@ -72,6 +73,7 @@ class JobConfig:
     tables: tuple[str, ...] = field(default_factory=lambda: table_names(diagnose=False))
     validate: bool = True  # run the validator stage: its findings fill the ``findings`` table
     tls_keylog: str = field(default="", repr=False)  # NSS key log text (batch --tls-keylog)
+    compression: str = DEFAULT_COMPRESSION  # of the Parquet files (COMPRESSIONS)
 
 
 # Written only when asked for (``--diagnose``): the diagnoser runs in Python over Python event
@@ -156,7 +158,7 @@ def write_slice(sl: Slice, config: JobConfig, fs: Any, root: str, attempt: int) 
                 folder = f"{table}/capture_date={constants['capture_date']}/capture_id={sl.capture_id}"
                 fs.create_dir(f"{root}/{folder}", recursive=True)
                 rel = f"{folder}/part-{sl.index:05d}-{attempt}.parquet"
-                out = files[table] = TableFile(fs, root, rel, file_schema(table))
+                out = files[table] = TableFile(fs, root, rel, file_schema(table), config.compression)
             writer.add(out, batch)
             if table == "errors":
                 out.message = batch.column(batch.schema.get_field_index("message"))[0].as_py()
@@ -222,7 +224,7 @@ class EncodingThread:
             self.thread.join()
 
 
-ROW_GROUP_BYTES = 8 << 20  # Arrow bytes per Parquet row group (~0.5 MB once zstd-compressed): held until written
+ROW_GROUP_BYTES = 8 << 20  # Arrow bytes per Parquet row group (~1 MB once compressed): held until written
 # Dictionary-encoded: the string columns of few distinct values. The others (numbers, messages,
 # maps, ids) gain nothing from it after zstd, and skipping it saved ~10 % of the writing CPU.
 DICTIONARY_COLUMNS = ("capture", "kind", "dir", "type", "method", "exchange", "routing_key", "queue",
@@ -239,11 +241,11 @@ STATISTICS_COLUMNS = ("seq", "packet", "ts", "time", "conn", "channel", "kind", 
 class TableFile:
     """One table's Parquet file of a slice: batches collected into row groups."""
 
-    def __init__(self, fs: Any, root: str, rel: str, schema: pa.Schema) -> None:
+    def __init__(self, fs: Any, root: str, rel: str, schema: pa.Schema, compression: str = DEFAULT_COMPRESSION) -> None:
         self.rel = rel
         dictionary = [name for name in DICTIONARY_COLUMNS if name in schema.names]
         statistics = [name for name in STATISTICS_COLUMNS if name in schema.names]
-        self.writer = pq.ParquetWriter(f"{root}/{rel}", schema, filesystem=fs, compression="zstd",
+        self.writer = pq.ParquetWriter(f"{root}/{rel}", schema, filesystem=fs, compression=compression,
                                        use_dictionary=dictionary, write_statistics=statistics)  # fmt: skip
         self.pending: list[pa.RecordBatch] = []
         self.pending_bytes = 0

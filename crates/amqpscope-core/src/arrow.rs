@@ -14,7 +14,9 @@
 //!   else null, as rows.py's exact class checks;
 //! - map<string,string> columns (`args`, `properties`, connection properties): strings as they
 //!   are, every other value as the JSON text `jsonl` writes for it (what rows.py's `map_items`
-//!   gets from orjson);
+//!   gets from orjson). In a table with promoted columns, `args` and `properties` hold the rest:
+//!   an entry a promoted column holds is not repeated in the map (they were most of the
+//!   tables' bytes, written twice);
 //! - constant columns (capture, capture_id, capture_date) from the values given;
 //! - `seq`: the event's number in its decode (every event the decoder emitted counts, of all
 //!   kinds and tables), so that readers can restore the order of events across the tables.
@@ -588,6 +590,9 @@ enum Source {
 struct MapColumn {
     entries: FieldRef,
     sorted: bool,
+    /// `args` or `properties` of a table with promoted columns: the entries a promoted column
+    /// holds are left out of the map (each value in one place). The bool: properties.
+    rest: Option<(bool, Promoted)>,
     offsets: Vec<i32>,
     keys: StringBuilder,
     values: StringBuilder,
@@ -599,6 +604,7 @@ impl MapColumn {
         MapColumn {
             entries,
             sorted,
+            rest: None,
             offsets: vec![0],
             keys: StringBuilder::new(),
             values: StringBuilder::new(),
@@ -606,11 +612,21 @@ impl MapColumn {
         }
     }
 
-    fn append(&mut self, table: Option<&Table>, scratch: &mut Vec<u8>) -> Result<(), ArrowError> {
+    fn append(
+        &mut self,
+        table: Option<&Table>,
+        slots: Option<&Slots<'_>>,
+        scratch: &mut Vec<u8>,
+    ) -> Result<(), ArrowError> {
         match table {
             None => self.nulls.append_null(),
             Some(t) => {
                 for (name, value) in t {
+                    if let (Some((props, promoted)), Some(slots)) = (&self.rest, slots) {
+                        if promoted.holds(*props, name, value, slots) {
+                            continue;
+                        }
+                    }
                     self.keys.append_value(name);
                     if let Value::Str(text) = value {
                         self.values.append_value(text); // as it is: no copy through `scratch`
@@ -706,7 +722,9 @@ impl Builder {
             Builder::Time(_) => Builder::Time(TimestampMicrosecondBuilder::with_capacity(rows)),
             Builder::Map(m) => {
                 let mut fresh = MapColumn::new(m.entries.clone(), m.sorted);
-                let entries = rows * 4;
+                fresh.rest = m.rest;
+                // the rest of arguments and properties is a few entries in most rows
+                let entries = if m.rest.is_some() { rows } else { rows * 4 };
                 fresh.offsets.reserve(rows);
                 fresh.keys = StringBuilder::with_capacity(entries, entries * 12);
                 fresh.values = StringBuilder::with_capacity(entries, entries * 12);
@@ -753,12 +771,18 @@ impl Column {
             }
             Source::Field(getters) => {
                 let getters = *getters;
+                let mut start = 0;
                 for (kind, rows) in runs {
                     match getters[*kind as usize] {
                         // a kind without the field: its rows are nulls, appended at once
                         None => self.builder.append_nulls(rows.len()),
-                        Some(get) => self.append_run(get, rows, scratch)?,
+                        Some(get) => {
+                            // the run's promoted values (none when the table has no promoted columns)
+                            let run_slots = slots.get(start..start + rows.len());
+                            self.append_run(get, rows, run_slots, scratch)?
+                        }
                     }
+                    start += rows.len();
                 }
             }
             // no row of the chunk has the key (most promoted columns of most rows): nulls at once
@@ -778,6 +802,7 @@ impl Column {
         &mut self,
         get: Get,
         rows: &[&Event],
+        slots: Option<&[Slots<'_>]>,
         scratch: &mut Vec<u8>,
     ) -> Result<(), ArrowError> {
         let too_big = |v: u64| {
@@ -824,11 +849,18 @@ impl Column {
                     }
                 }
             }
-            (Builder::Map(m), Get::Map(g)) => {
-                for ev in rows {
-                    m.append(g(ev), scratch)?;
+            (Builder::Map(m), Get::Map(g)) => match slots {
+                Some(slots) => {
+                    for (ev, row) in rows.iter().zip(slots) {
+                        m.append(g(ev), Some(row), scratch)?;
+                    }
                 }
-            }
+                None => {
+                    for ev in rows {
+                        m.append(g(ev), None, scratch)?;
+                    }
+                }
+            },
             (Builder::IntList(b, _), Get::Ints(g)) => {
                 for ev in rows {
                     match g(ev) {
@@ -1091,9 +1123,30 @@ impl TableBuilder {
             });
         }
         let has_seq = columns.iter().any(|c| matches!(c.source, Source::Seq));
-        let has_promoted = columns
-            .iter()
-            .any(|c| matches!(c.source, Source::Promoted(_)));
+        let mut promoted = Promoted::default();
+        for c in &columns {
+            if let Source::Promoted(slot) = c.source {
+                promoted.0[slot] = match c.builder {
+                    Builder::Str(_) => Some(PromotedTy::Str),
+                    Builder::Int(_) => Some(PromotedTy::Int),
+                    Builder::Bool(_) => Some(PromotedTy::Bool),
+                    _ => None,
+                };
+            }
+        }
+        let has_promoted = promoted.0.iter().any(Option::is_some);
+        if has_promoted {
+            // the maps of the arguments and properties keep what no promoted column holds
+            for c in &mut columns {
+                if let Builder::Map(m) = &mut c.builder {
+                    m.rest = match c.name.as_str() {
+                        "args" => Some((false, promoted)),
+                        "properties" => Some((true, promoted)),
+                        _ => None,
+                    };
+                }
+            }
+        }
         Ok(TableBuilder {
             schema,
             kinds: mask,
@@ -1212,6 +1265,43 @@ const SLOTS: usize = PROMOTED_ARGS.len() + PROMOTED_PROPERTIES.len();
 type Slots<'e> = [Option<&'e Value>; SLOTS];
 // `fill_slots` reports the slots filled as bits of a u32
 const _: () = assert!(SLOTS <= 32);
+
+/// The promoted columns of a table: the type of each slot's column (None: no such column).
+#[derive(Clone, Copy, Default)]
+struct Promoted([Option<PromotedTy>; SLOTS]);
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PromotedTy {
+    Str,
+    Int,
+    Bool,
+}
+
+impl PromotedTy {
+    /// Whether the column takes `v` (`append_promoted`: exactly its type, else null).
+    fn takes(self, v: &Value) -> bool {
+        matches!(
+            (self, v),
+            (PromotedTy::Str, Value::Str(_))
+                | (PromotedTy::Int, Value::Int(_))
+                | (PromotedTy::Bool, Value::Bool(_))
+        )
+    }
+}
+
+impl Promoted {
+    /// Whether the map entry `(name, value)` of a row is the value its promoted column holds:
+    /// the first entry of its key (the one in `slots`), of the column's type.
+    fn holds(&self, props: bool, name: &str, value: &Value, slots: &Slots<'_>) -> bool {
+        let Some(i) = promoted_slot(props, name) else {
+            return false;
+        };
+        match (self.0[i], slots[i]) {
+            (Some(ty), Some(v)) => std::ptr::eq(v, value) && ty.takes(v),
+            _ => false,
+        }
+    }
+}
 
 /// The slot of a promoted argument (`props` false) or property (true) by its key: one `match`
 /// per map entry instead of a search of the map per promoted column.
