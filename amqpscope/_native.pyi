@@ -2,7 +2,7 @@
 
 from collections.abc import Callable, Iterable
 from os import PathLike
-from typing import IO, Any
+from typing import IO, Any, overload
 
 from amqpscope.events import Event
 from amqpscope.packets import RawPacket
@@ -35,14 +35,15 @@ class Decoder:
         kinds: dict[str, str],  # event kind -> table name (schema.TABLE_OF_KIND)
         batch_events: int = ...,
     ) -> dict[str, ArrowBatch] | None: ...
-    def arrow_events(
+    @overload
+    def to_sink(self, sink: ParquetSink, batch_events: int = ..., event_kinds: None = ...) -> int | None: ...
+    @overload
+    def to_sink(
         self,
-        tables: dict[str, Any],
-        constants: dict[str, str],
-        kinds: dict[str, str],
+        sink: ParquetSink,
+        batch_events: int,
         event_kinds: set[str] | frozenset[str],  # kinds to hand over as Python events too
-        batch_events: int = ...,
-    ) -> tuple[dict[str, ArrowBatch], list[Event]] | None: ...
+    ) -> tuple[int, list[Event]] | None: ...
     def stats(self) -> dict[str, Any]: ...
 
 class ArrowBatch:
@@ -52,6 +53,21 @@ class ArrowBatch:
     def num_rows(self) -> int: ...
     def __len__(self) -> int: ...
     def __arrow_c_array__(self, requested_schema: object | None = None) -> tuple[object, object]: ...
+
+class ParquetSink:
+    """The Parquet files of a decode's tables, built and encoded on the core's threads."""
+
+    def __init__(
+        self,
+        tables: dict[str, Any],  # table name -> pyarrow.Schema (anything with __arrow_c_schema__)
+        constants: dict[str, str],
+        kinds: dict[str, str],  # event kind -> table name (schema.TABLE_OF_KIND)
+        options: dict[str, Any],  # compression, dictionary, statistics, row_group_rows
+    ) -> None: ...
+    def write(self, table: str, ipc: bytes) -> None: ...
+    def end_events(self) -> dict[str, int]: ...
+    def take(self) -> dict[str, bytes]: ...
+    def close(self) -> tuple[dict[str, bytes], dict[str, int]]: ...
 
 class Engine:
     def __init__(

@@ -9,8 +9,9 @@ about N rows, as ``spark/worker.py`` does (Parquet writing left out):
 * decode only: ``Decoder.arrow`` asked for no table (the core decodes, builds nothing);
 * core: ``Decoder.arrow`` builds the batches in Rust and pyarrow takes them through the PyCapsule
   interface (``pa.record_batch``);
-* core + Parquet: the same batches written as the job writes them (``worker.TableFile``: row
-  groups of about 64 MiB, zstd) into a temporary directory;
+* core + Parquet: the same tables built and encoded as the job does (``_native.ParquetSink``, the
+  job's codec and column options, on the core's threads), the bytes written to a temporary
+  directory;
 * Python events: ``Decoder.events``, the event objects alone, no table built (what the job used
   to start from, before the core built the batches: rows.py turned them into Arrow columns).
 
@@ -34,9 +35,10 @@ if str(ROOT) not in sys.path:
 
 import pyarrow as pa  # noqa: E402
 
+from amqpscope._native import ParquetSink  # noqa: E402
 from amqpscope.pipeline import Options, open_decoder  # noqa: E402
 from amqpscope.spark.schema import TABLE_OF_KIND, TABLES  # noqa: E402
-from amqpscope.spark.worker import TableFile, file_schema  # noqa: E402
+from amqpscope.spark.worker import JobConfig, file_schema, parquet_options  # noqa: E402
 
 NAMES = ("events", "messages", "connections")
 OPTIONS = Options(show_credentials=False, keep_bodies=False)
@@ -61,21 +63,22 @@ def core(path: Path, batch_rows: int) -> dict[str, int]:
 
 
 def core_parquet(path: Path, batch_rows: int) -> dict[str, int]:
-    from pyarrow import fs as pafs
 
     schemas = {name: file_schema(name) for name in NAMES}
-    rows = dict.fromkeys(NAMES, 0)
+    sink = ParquetSink(schemas, CONSTANTS, TABLE_OF_KIND, parquet_options(JobConfig(partitions=())))
     with tempfile.TemporaryDirectory() as tmp:
-        files = {name: TableFile(pafs.LocalFileSystem(), tmp, f"{name}.parquet", schemas[name]) for name in NAMES}
+        files = {name: open(f"{tmp}/{name}.parquet", "wb") for name in NAMES}  # noqa: SIM115
         dec = open_decoder(path, options=OPTIONS)
-        while (batches := dec.arrow(schemas, CONSTANTS, TABLE_OF_KIND, batch_rows)) is not None:
-            for name, obj in batches.items():
-                batch = pa.record_batch(obj)
-                rows[name] += batch.num_rows
-                files[name].add(batch)
+        while dec.to_sink(sink, batch_rows) is not None:
+            for name, data in sink.take().items():
+                files[name].write(data)
+        sink.end_events()
+        last, rows = sink.close()
+        for name, data in last.items():
+            files[name].write(data)
         for f in files.values():
             f.close()
-    return rows
+    return {name: rows.get(name, 0) for name in NAMES}
 
 
 def python_events(path: Path, batch_rows: int) -> dict[str, int]:

@@ -3,9 +3,9 @@
 The input DataFrame is ``spark.range(P)`` with one id per partition; id ``p`` selects the list of
 slices the driver packed into partition ``p`` (``JobConfig.partitions``). Each slice is decoded as
 a stream by the native core, which also builds the rows of the event tables as Arrow record
-batches (``_native.Decoder.arrow``: no Python object per row). The batches go, collected into row
-groups, straight into Parquet files under the job's staging directory, one file per table, laid
-out as the final partition (``TABLE/capture_date=D/capture_id=C/part-SLICE-ATTEMPT.parquet``). Rows
+batches and encodes them as Parquet on threads of its own (``_native.ParquetSink``: no Python
+object per row). The encoded bytes go straight into files under the job's staging directory, one
+file per table, laid out as the final partition (``TABLE/capture_date=D/capture_id=C/part-SLICE-ATTEMPT.parquet``). Rows
 never pass through the JVM: Spark schedules the tasks and the driver receives only a small manifest
 (one row per file written), from which it commits the files of the successful task attempts
 (``job.py``). ``amqpscope decode --format parquet`` runs the same ``write_slice`` in one process
@@ -19,9 +19,7 @@ import functools
 import hashlib
 import json
 import os
-import queue
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -29,8 +27,8 @@ from importlib import resources
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from amqpscope._native import ParquetSink
 from amqpscope.capture import CaptureError, CaptureUnreadable, read_packets
 from amqpscope.diagnose import Diagnoser, Diagnosis
 from amqpscope.dissect.codec import Codec, get_codec
@@ -145,88 +143,56 @@ def run_partitions(config: JobConfig, batches: Iterator[pa.RecordBatch]) -> Iter
 
 
 def write_slice(sl: Slice, config: JobConfig, fs: Any, root: str, attempt: int) -> pa.RecordBatch:
-    """Decode one slice into one Parquet file per table; the manifest of those files. The core's
-    batches (``config.batch_rows`` events each) are collected into row groups of about
-    ``ROW_GROUP_BYTES`` before they are written."""
-    files: dict[str, TableFile] = {}
+    """Decode one slice into one Parquet file per table that has rows; the manifest of those
+    files. The core builds and encodes the tables on its own threads (``_native.ParquetSink``)
+    while this thread decodes; the encoded bytes are written here as they come."""
     constants = slice_constants(sl)
-    writer = EncodingThread()
+    files = SliceFiles(fs, root, sl, attempt, constants)
     try:
-        for table, batch in decode_capture(sl, config, constants):
-            out = files.get(table)
-            if out is None:
-                folder = f"{table}/capture_date={constants['capture_date']}/capture_id={sl.capture_id}"
-                fs.create_dir(f"{root}/{folder}", recursive=True)
-                rel = f"{folder}/part-{sl.index:05d}-{attempt}.parquet"
-                out = files[table] = TableFile(fs, root, rel, file_schema(table), config.compression)
-            writer.add(out, batch)
-            if table == "errors":
-                out.message = batch.column(batch.schema.get_field_index("message"))[0].as_py()
-                out.exit_code = batch.column(batch.schema.get_field_index("exit_code"))[0].as_py()
-        writer.finish()
+        rows, error = decode_slice(sl, config, constants, files)
     finally:
-        writer.stop()
-        for out in files.values():
-            out.close()
-    names = list(files)
+        files.close()
+    names = [t for t in config.tables if t in files.rel]
     cols = {
         "table": names,
         "capture": [sl.uri] * len(names),
         "capture_date": [constants["capture_date"]] * len(names),
         "capture_id": [sl.capture_id] * len(names),
-        "path": [files[t].rel for t in names],
-        "rows": [files[t].rows for t in names],
-        "message": [files[t].message for t in names],
-        "exit_code": [files[t].exit_code for t in names],
+        "path": [files.rel[t] for t in names],
+        "rows": [rows.get(t, 0) for t in names],
+        "message": [error[0] if t == "errors" and error else None for t in names],
+        "exit_code": [error[1] if t == "errors" and error else None for t in names],
     }
     return pa.RecordBatch.from_pydict(cols, schema=MANIFEST_SCHEMA)
 
 
-class EncodingThread:
-    """Parquet encoding on a second thread, while the core decodes the next batches: both release
-    the GIL, so with a core to spare a slice takes about the longer of the two instead of their
-    sum (the CPU time is the same). At most ``DEPTH`` batches wait; an encoding error is raised
-    in the caller at its next ``add`` or at ``finish``."""
+class SliceFiles:
+    """The files of one slice's tables, opened at their first bytes (a table without rows has
+    no file), laid out as their final partition under ``root``."""
 
-    # Batches of one trip into the core (16,384 events) are 0.1-4 MB. The writer takes a row group
-    # at once (~9 ms for 8 MiB), about one trip's decode: with only 2 batches of room the decode
-    # stopped at every row group; 8 (about two trips, ~15 MB) keep it going.
-    DEPTH = 8
+    def __init__(self, fs: Any, root: str, sl: Slice, attempt: int, constants: dict[str, str]) -> None:
+        self.fs, self.root, self.sl, self.attempt, self.constants = fs, root, sl, attempt, constants
+        self.rel: dict[str, str] = {}  # table -> path relative to root
+        self.streams: dict[str, Any] = {}
 
-    def __init__(self) -> None:
-        self.queue: queue.Queue[tuple[TableFile, pa.RecordBatch] | None] = queue.Queue(maxsize=self.DEPTH)
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, name="amqpscope-parquet", daemon=True)
-        self.thread.start()
+    def write(self, parts: dict[str, bytes]) -> None:
+        for table, data in parts.items():
+            stream = self.streams.get(table)
+            if stream is None:
+                folder = f"{table}/capture_date={self.constants['capture_date']}/capture_id={self.sl.capture_id}"
+                self.fs.create_dir(f"{self.root}/{folder}", recursive=True)
+                self.rel[table] = f"{folder}/part-{self.sl.index:05d}-{self.attempt}.parquet"
+                stream = self.streams[table] = self.fs.open_output_stream(f"{self.root}/{self.rel[table]}")
+            stream.write(data)
 
-    def _run(self) -> None:
-        while (item := self.queue.get()) is not None:
-            if self.error is None:
-                try:
-                    item[0].add(item[1])
-                except BaseException as exc:  # handed to the caller
-                    self.error = exc
-
-    def add(self, out: TableFile, batch: pa.RecordBatch) -> None:
-        if self.error is not None:
-            raise self.error
-        self.queue.put((out, batch))
-
-    def finish(self) -> None:
-        """Wait for the batches given; raise an encoding error."""
-        self.stop()
-        if self.error is not None:
-            raise self.error
-
-    def stop(self) -> None:
-        if self.thread.is_alive():
-            self.queue.put(None)
-            self.thread.join()
+    def close(self) -> None:
+        for stream in self.streams.values():
+            stream.close()
 
 
-ROW_GROUP_BYTES = 8 << 20  # Arrow bytes per Parquet row group (~1 MB once compressed): held until written
+ROW_GROUP_ROWS = 1 << 17  # rows per Parquet row group: ~15 row groups for 100 MB of capture's frames
 # Dictionary-encoded: the string columns of few distinct values. The others (numbers, messages,
-# maps, ids) gain nothing from it after zstd, and skipping it saved ~10 % of the writing CPU.
+# maps, ids) gain nothing from it once compressed, and skipping it saved ~10 % of the writing CPU.
 DICTIONARY_COLUMNS = ("capture", "kind", "dir", "type", "method", "exchange", "routing_key", "queue",
                       "consumer_tag", "content_type", "content_encoding", "message_type", "app_id", "user_id",
                       "reply_to", "problem", "rule", "severity", "error", "state")  # fmt: skip
@@ -238,39 +204,18 @@ STATISTICS_COLUMNS = ("seq", "packet", "ts", "time", "conn", "channel", "kind", 
                       "first_packet", "entry", "ref_packet", "rule", "severity", "state", "error", "slice")  # fmt: skip
 
 
-class TableFile:
-    """One table's Parquet file of a slice: batches collected into row groups."""
+def parquet_options(config: JobConfig) -> dict[str, Any]:
+    """How the core encodes the files (``_native.ParquetSink``)."""
+    return {"compression": config.compression, "dictionary": list(DICTIONARY_COLUMNS),
+            "statistics": list(STATISTICS_COLUMNS), "row_group_rows": ROW_GROUP_ROWS}  # fmt: skip
 
-    def __init__(self, fs: Any, root: str, rel: str, schema: pa.Schema, compression: str = DEFAULT_COMPRESSION) -> None:
-        self.rel = rel
-        dictionary = [name for name in DICTIONARY_COLUMNS if name in schema.names]
-        statistics = [name for name in STATISTICS_COLUMNS if name in schema.names]
-        self.writer = pq.ParquetWriter(f"{root}/{rel}", schema, filesystem=fs, compression=compression,
-                                       use_dictionary=dictionary, write_statistics=statistics)  # fmt: skip
-        self.pending: list[pa.RecordBatch] = []
-        self.pending_bytes = 0
-        self.rows = 0
-        self.message: str | None = None  # errors only: the one-line error
-        self.exit_code: int | None = None
 
-    def add(self, batch: pa.RecordBatch) -> None:
-        self.pending.append(batch)
-        self.pending_bytes += batch.nbytes
-        self.rows += batch.num_rows
-        if self.pending_bytes >= ROW_GROUP_BYTES:
-            self.flush()
-
-    def flush(self) -> None:
-        if self.pending:
-            table = pa.Table.from_batches(self.pending)
-            self.writer.write_table(table, row_group_size=table.num_rows)
-            self.pending, self.pending_bytes = [], 0
-
-    def close(self) -> None:
-        try:
-            self.flush()
-        finally:
-            self.writer.close()
+def ipc_bytes(batch: pa.RecordBatch) -> bytes:
+    """A batch made in Python as an Arrow IPC stream, for ``ParquetSink.write``."""
+    out = pa.BufferOutputStream()
+    with pa.ipc.new_stream(out, batch.schema) as w:
+        w.write_batch(batch)
+    return bytes(out.getvalue().to_pybytes())
 
 
 def _first_date(uri: str) -> str:
@@ -303,29 +248,28 @@ def _mine(sl: Slice, config: JobConfig) -> Callable[[FlowKey], bool] | None:
     return lambda key: plan.get(key, hash_slice(key, sl.count)) == sl.index
 
 
-CORE_TABLES = ("events", "messages", "connections", "ledger")  # built by the core (``Decoder.arrow``)
+CORE_TABLES = ("events", "messages", "connections", "ledger")  # built by the core (``ParquetSink``)
 
 
 def slice_constants(sl: Slice) -> dict[str, str]:
     """The columns that are the same on every row of a slice (``capture_date`` is filled in by
-    ``decode_capture`` before its first batch)."""
+    ``decode_slice`` before its first batch)."""
     return {"capture": sl.uri, "capture_id": sl.capture_id, "capture_date": UNKNOWN_DATE}
 
 
-def decode_capture(sl: Slice, config: JobConfig, constants: dict[str, str] | None = None
-                   ) -> Iterator[tuple[str, pa.RecordBatch]]:  # fmt: skip
-    """(table, batch) pairs of one capture slice, in the tables' file schemas (without the
-    partition columns); a read error becomes an ``errors`` row after the rows decoded before it.
+def decode_slice(sl: Slice, config: JobConfig, constants: dict[str, str], files: SliceFiles
+                 ) -> tuple[dict[str, int], tuple[str, int] | None]:  # fmt: skip
+    """Decode one capture slice into ``files``: the rows of each table, and the slice's error
+    (message, exit code) when a read error ended it (its ``errors`` row comes after the rows
+    decoded before it).
 
-    Every event table, findings included, is the core's Arrow batches: with validation on, the
-    core's validator runs per slice (connection checks are exact; the few that look across
-    connections, exclusive queues and exchanges declared elsewhere, see this slice's connections)."""
+    Every event table, findings included, is built by the core: with validation on, the core's
+    validator runs per slice (connection checks are exact; the few that look across connections,
+    exclusive queues and exchanges declared elsewhere, see this slice's connections)."""
     started = time.perf_counter()
-    constants = slice_constants(sl) if constants is None else constants
     validate = config.validate and "findings" in config.tables
     wanted = [name for name in config.tables if name in CORE_TABLES or (name == "findings" and validate)]
-    schemas = {name: file_schema(name) for name in wanted}
-    # diagnoses read Python events beside the batches: the findings and the ledger's records with
+    # diagnoses read Python events beside the tables: the findings and the ledger's records with
     # the frames they concern (without validation: none, like findings)
     diagnoser = Diagnoser() if "diagnoses" in config.tables and config.validate else None
     diagnosed: list[Diagnosis] = []
@@ -333,8 +277,9 @@ def decode_capture(sl: Slice, config: JobConfig, constants: dict[str, str] | Non
     options = Options(ports=config.ports, show_credentials=False, keep_bodies=False, tls_keylog=config.tls_keylog,
                       validate=validate or diagnoser is not None,
                       ledger="ledger" in wanted or diagnoser is not None)  # fmt: skip
+    sink = ParquetSink({name: file_schema(name) for name in wanted}, constants, TABLE_OF_KIND,
+                       parquet_options(config))  # fmt: skip
     error: BaseException | None = None
-    written = 0
     stream = None
     try:
         constants["capture_date"] = _first_date(sl.uri)
@@ -343,21 +288,14 @@ def decode_capture(sl: Slice, config: JobConfig, constants: dict[str, str] | Non
         dec = open_decoder(stream, _codec(config.spec), options, select=flow_selector(mine))
         try:
             if diagnoser is None:
-                while (batches := dec.arrow(schemas, constants, TABLE_OF_KIND, config.batch_rows)) is not None:
-                    for name, obj in batches.items():
-                        batch = pa.record_batch(obj)
-                        written += batch.num_rows
-                        yield name, batch
+                while dec.to_sink(sink, config.batch_rows) is not None:
+                    files.write(sink.take())
             else:
-                reads = Diagnoser.READS
-                while (got := dec.arrow_events(schemas, constants, TABLE_OF_KIND, reads, config.batch_rows)) is not None:
-                    batches, events = got
-                    for name, obj in batches.items():
-                        batch = pa.record_batch(obj)
-                        written += batch.num_rows
-                        yield name, batch
-                    for ev in events:
+                reads = set(Diagnoser.READS)
+                while (got := dec.to_sink(sink, config.batch_rows, reads)) is not None:
+                    for ev in got[1]:
                         diagnosed += diagnoser.feed(ev)
+                    files.write(sink.take())
                 diagnosed += diagnoser.finish()
         finally:
             stats.update(dec.stats())
@@ -368,20 +306,29 @@ def decode_capture(sl: Slice, config: JobConfig, constants: dict[str, str] | Non
     finally:
         if stream is not None:
             stream.close()
+    built = sink.end_events()
+    written = sum(built.values())
     if diagnosed:
         written += len(diagnosed)
-        yield "diagnoses", records_batch(file_schema("diagnoses"), [diagnosis_row(d) for d in diagnosed], constants)
+        rows = [diagnosis_row(d) for d in diagnosed]
+        sink.write("diagnoses", ipc_bytes(records_batch(file_schema("diagnoses"), rows, constants)))
+    reported: tuple[str, int] | None = None
     if error is not None and "errors" in config.tables and _reports(error, sl):
         code = error.exit_code if isinstance(error, CaptureError) else EXIT_INTERNAL
         message = str(error) if isinstance(error, CaptureError) else f"{type(error).__name__}: {error}"
         row = {"slice": sl.index, "slices": sl.count, "error": type(error).__name__, "exit_code": code,
                "message": message, "packets_read": stats.packets}  # fmt: skip
-        yield "errors", records_batch(file_schema("errors"), [row], constants)
+        sink.write("errors", ipc_bytes(records_batch(file_schema("errors"), [row], constants)))
+        reported = (message, code)
     if "captures" in config.tables:
         acc = stats.accounting_event().to_record()
         acc.update(slice=sl.index, slices=sl.count, size=sl.size, rows=written,
                    seconds=time.perf_counter() - started, ok=error is None)  # fmt: skip
-        yield "captures", records_batch(file_schema("captures"), [acc], constants)
+        sink.write("captures", ipc_bytes(records_batch(file_schema("captures"), [acc], constants)))
+    files.write(sink.take())
+    last, rows_of = sink.close()
+    files.write(last)
+    return dict(rows_of), reported
 
 
 def diagnosis_row(d: Diagnosis) -> dict[str, Any]:

@@ -4,7 +4,8 @@
 //! `capture` (pcap/pcapng records) → `net` (link/IP/TCP) → `reasm` (flows, ordered bytes, gaps)
 //! → `tls` (AMQPS records decrypted with a key log) → `frames` (AMQP frames with resync) → `codec` (methods, properties, field tables, executed from
 //! the `tables` Python compiles out of the spec) → `session` (connections, messages) → `ledger` (acks, confirms, pairs, heartbeats) → `event`s,
-//! which `jsonl` writes (and `arrow` builds into the Parquet tables' record batches). `engine` drives them; every limit lives in `limits`.
+//! which `jsonl` writes (and `arrow` builds into the Parquet tables' record batches, which
+//! `parquet_file` encodes; `parquet_sink` runs both beside a decode). `engine` drives them; every limit lives in `limits`.
 #![forbid(unsafe_code)]
 
 pub mod arrow;
@@ -19,6 +20,8 @@ pub mod jsonl;
 pub mod ledger;
 pub mod limits;
 pub mod net;
+pub mod parquet_file;
+pub mod parquet_sink;
 pub mod pyrepr;
 pub mod reasm;
 pub mod session;

@@ -257,38 +257,38 @@ impl Decoder {
         crate::arrow::batch_dict(py, built).map(Some)
     }
 
-    /// `arrow` and, from the same events, those of `event_kinds` as amqpscope.events objects:
-    /// `(batches, events)`, or None at the end. For the analytics that stay in Python beside the
-    /// tables (the diagnoser of the `diagnoses` table): only the events it reads become objects.
-    #[pyo3(signature = (tables, constants, kinds, event_kinds, batch_events = BATCH_EVENTS))]
-    fn arrow_events<'py>(
+    /// Decode a trip of at least `batch_events` events (unless the input ends) into `sink`,
+    /// whose threads build and encode the tables while the next trip is decoded: the number of
+    /// events, or None at the end. `event_kinds`: events of these kinds are also returned, as
+    /// amqpscope.events objects, `(count, events)` (for the diagnoser of the diagnoses table).
+    #[pyo3(signature = (sink, batch_events = BATCH_EVENTS, event_kinds = None))]
+    fn to_sink<'py>(
         &self,
         py: Python<'py>,
-        tables: &Bound<'py, PyDict>,
-        constants: &Bound<'py, PyDict>,
-        kinds: &Bound<'py, PyDict>,
-        event_kinds: HashSet<String>,
+        sink: &Bound<'py, crate::sink::ParquetSink>,
         batch_events: usize,
-    ) -> PyResult<Option<(Bound<'py, PyDict>, Bound<'py, PyList>)>> {
-        let mut builders = crate::arrow::make_tables(tables, constants, kinds)?;
+        event_kinds: Option<HashSet<String>>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
         let Some(events) = self.batch(py, batch_events.max(1))? else {
             return Ok(None);
         };
-        let first_seq = self.seq.fetch_add(events.len() as u64, Ordering::Relaxed);
-        let (built, events) = py
-            .detach(move || {
-                catch_unwind(AssertUnwindSafe(|| {
-                    builders.append(&events, first_seq)?;
-                    builders.finish().map(|b| (b, events))
-                }))
-            })
-            .map_err(panic_error)?
-            .map_err(crate::arrow::arrow_error)?;
-        let list = PyList::empty(py);
-        for ev in events.iter().filter(|ev| event_kinds.contains(ev.kind())) {
-            list.append(crate::topy::event(py, ev)?)?;
+        let n = events.len();
+        let first_seq = self.seq.fetch_add(n as u64, Ordering::Relaxed);
+        let objects = match &event_kinds {
+            Some(kinds) => {
+                let list = PyList::empty(py);
+                for ev in events.iter().filter(|ev| kinds.contains(ev.kind())) {
+                    list.append(crate::topy::event(py, ev)?)?;
+                }
+                Some(list)
+            }
+            None => None,
+        };
+        sink.get().events(py, events, first_seq)?;
+        match objects {
+            Some(list) => Ok(Some((n, list).into_pyobject(py)?.into_any())),
+            None => Ok(Some(n.into_pyobject(py)?.into_any())),
         }
-        Ok(Some((crate::arrow::batch_dict(py, built)?, list)))
     }
 
     /// What the run saw so far: packets, tcp_packets, skipped (reason → count), and the byte

@@ -18,6 +18,7 @@ mod ledger;
 mod live;
 mod packets;
 mod reader;
+mod sink;
 mod source;
 mod testing;
 mod topy;
@@ -32,6 +33,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ledger::Ledger>()?;
     m.add_class::<live::LiveDecoder>()?;
     m.add_class::<reader::PacketReader>()?;
+    m.add_class::<sink::ParquetSink>()?;
     m.add_function(wrap_pyfunction!(flows::flow_weights, m)?)?;
     m.add_function(wrap_pyfunction!(testing::_event_roundtrip, m)?)?;
     m.add_function(wrap_pyfunction!(testing::_jsonl, m)?)?;

@@ -1,0 +1,350 @@
+//! The Parquet tables of a decode, made beside it: events in, each table's file bytes out.
+//!
+//! Three stages on three threads, so that a decode with a core to spare takes about the
+//! longest stage instead of their sum: the caller's thread decodes and hands each trip's
+//! events to `events`; a builder thread turns them into Arrow record batches (`arrow::Tables`);
+//! a writer thread encodes those (and the few batches the caller makes itself: `batch`) into
+//! one `TableFile` per table. The caller collects the encoded bytes with `take` and writes them
+//! where the files go. Both hand-offs are bounded channels: a slow stage holds the ones before
+//! it, so memory does not grow with the capture.
+//!
+//! The first error (or panic) of a stage ends it; the caller learns it, as one line, from its
+//! next call. Nothing here panics into the caller.
+
+use std::collections::BTreeMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+use arrow_array::RecordBatch;
+
+use crate::arrow::Tables;
+use crate::event::Event;
+use crate::parquet_file::{FileOptions, TableFile};
+
+/// Trips of events waiting for the builder (each ~16k events: a few MB).
+const EVENT_TRIPS: usize = 2;
+/// Batches waiting for the writer (about two trips' worth of the four core tables).
+const BATCHES: usize = 8;
+
+#[derive(Default)]
+struct Shared {
+    /// Encoded bytes not yet taken, by table.
+    bytes: BTreeMap<String, Vec<u8>>,
+    /// Rows written, by table (tables without rows have no file).
+    rows: BTreeMap<String, u64>,
+    /// Rows the builder made, by table.
+    built: BTreeMap<String, u64>,
+    error: Option<String>,
+}
+
+fn lock(shared: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
+    shared
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn fail(shared: &Mutex<Shared>, error: String) {
+    lock(shared).error.get_or_insert(error);
+}
+
+fn panic_text(panic: Box<dyn std::any::Any + Send>) -> String {
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into());
+    format!("internal error in the native core: {what}")
+}
+
+/// What `close` hands back: the last bytes of each table's file, and its rows.
+pub struct Closed {
+    pub bytes: BTreeMap<String, Vec<u8>>,
+    pub rows: BTreeMap<String, u64>,
+}
+
+pub struct Sink {
+    events: Option<SyncSender<(Vec<Event>, u64)>>,
+    batches: Option<SyncSender<(String, RecordBatch)>>,
+    shared: Arc<Mutex<Shared>>,
+    builder: Option<JoinHandle<()>>,
+    writer: Option<JoinHandle<()>>,
+}
+
+impl Sink {
+    /// `tables` builds the core's tables from events; every file is encoded with `options`.
+    pub fn new(tables: Tables, options: FileOptions) -> Result<Sink, String> {
+        let shared = Arc::new(Mutex::new(Shared::default()));
+        let (events_tx, events_rx) = sync_channel::<(Vec<Event>, u64)>(EVENT_TRIPS);
+        let (batches_tx, batches_rx) = sync_channel::<(String, RecordBatch)>(BATCHES);
+        let spawn = |name: &str, body: Box<dyn FnOnce() + Send>| {
+            std::thread::Builder::new()
+                .name(name.into())
+                .spawn(body)
+                .map_err(|e| format!("cannot start the {name} thread: {e}"))
+        };
+        let (s, tx) = (shared.clone(), batches_tx.clone());
+        let builder = spawn(
+            "amqpscope-arrow",
+            Box::new(move || {
+                let run = catch_unwind(AssertUnwindSafe(|| build(tables, events_rx, tx, &s)));
+                if let Err(panic) = run {
+                    fail(&s, panic_text(panic));
+                }
+            }),
+        )?;
+        let s = shared.clone();
+        let writer = spawn(
+            "amqpscope-parquet",
+            Box::new(move || {
+                let run = catch_unwind(AssertUnwindSafe(|| write(options, batches_rx, &s)));
+                if let Err(panic) = run {
+                    fail(&s, panic_text(panic));
+                }
+            }),
+        )?;
+        Ok(Sink {
+            events: Some(events_tx),
+            batches: Some(batches_tx),
+            shared,
+            builder: Some(builder),
+            writer: Some(writer),
+        })
+    }
+
+    fn error(&self) -> Result<(), String> {
+        match &lock(&self.shared).error {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+
+    /// The events of one trip; `first_seq`: the number of `events[0]` in the decode. Blocks
+    /// while the builder is two trips behind.
+    pub fn events(&self, events: Vec<Event>, first_seq: u64) -> Result<(), String> {
+        self.error()?;
+        let sent = self.events.as_ref().map(|tx| tx.send((events, first_seq)));
+        match sent {
+            Some(Ok(())) => Ok(()),
+            _ => self
+                .error()
+                .and(Err("the Parquet builder has stopped".into())),
+        }
+    }
+
+    /// A batch of `table` made elsewhere (the tables Python fills), in that table's schema.
+    pub fn batch(&self, table: &str, batch: RecordBatch) -> Result<(), String> {
+        self.error()?;
+        let sent = self
+            .batches
+            .as_ref()
+            .map(|tx| tx.send((table.to_owned(), batch)));
+        match sent {
+            Some(Ok(())) => Ok(()),
+            _ => self
+                .error()
+                .and(Err("the Parquet writer has stopped".into())),
+        }
+    }
+
+    /// No more events: waits for the builder to finish them and returns the rows it made of
+    /// them, by table. Batches (`batch`) may still be given until `close`.
+    pub fn end_events(&mut self) -> Result<BTreeMap<String, u64>, String> {
+        self.events = None;
+        join(self.builder.take(), &self.shared);
+        let shared = lock(&self.shared);
+        match &shared.error {
+            Some(e) => Err(e.clone()),
+            None => Ok(shared.built.clone()),
+        }
+    }
+
+    /// The bytes encoded since the last call, by table.
+    pub fn take(&self) -> Result<BTreeMap<String, Vec<u8>>, String> {
+        let mut shared = lock(&self.shared);
+        if let Some(e) = &shared.error {
+            return Err(e.clone());
+        }
+        Ok(std::mem::take(&mut shared.bytes))
+    }
+
+    /// Waits for every batch given to be encoded, then ends the files: their last bytes (what
+    /// `take` has not handed out) and their rows.
+    pub fn close(mut self) -> Result<Closed, String> {
+        self.stop();
+        let mut shared = lock(&self.shared);
+        if let Some(e) = shared.error.take() {
+            return Err(e);
+        }
+        Ok(Closed {
+            bytes: std::mem::take(&mut shared.bytes),
+            rows: std::mem::take(&mut shared.rows),
+        })
+    }
+
+    /// Closing the channels ends both threads once they have drained them.
+    fn stop(&mut self) {
+        self.events = None;
+        join(self.builder.take(), &self.shared);
+        self.batches = None;
+        join(self.writer.take(), &self.shared);
+    }
+}
+
+fn join(thread: Option<JoinHandle<()>>, shared: &Mutex<Shared>) {
+    // the threads catch their panics: a join error is a panic in that catching itself
+    if thread.is_some_and(|t| t.join().is_err()) {
+        fail(shared, "a Parquet thread ended in a panic".into());
+    }
+}
+
+impl Drop for Sink {
+    /// Dropped without `close` (the caller failed): the threads still end, the files are lost.
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The builder thread: events in, the tables' batches out to the writer.
+fn build(
+    mut tables: Tables,
+    events: Receiver<(Vec<Event>, u64)>,
+    out: SyncSender<(String, RecordBatch)>,
+    shared: &Mutex<Shared>,
+) {
+    for (trip, first_seq) in events {
+        if lock(shared).error.is_some() {
+            return; // the writer failed: its channel may be gone
+        }
+        let built = tables
+            .append(&trip, first_seq)
+            .and_then(|()| tables.finish());
+        drop(trip); // freed here, not in the caller's decode
+        match built {
+            Ok(batches) => {
+                {
+                    let mut s = lock(shared);
+                    for (table, b) in &batches {
+                        *s.built.entry(table.clone()).or_default() += b.num_rows() as u64;
+                    }
+                }
+                for b in batches {
+                    if out.send(b).is_err() {
+                        return;
+                    }
+                }
+            }
+            Err(e) => return fail(shared, e.to_string()),
+        }
+    }
+}
+
+/// The writer thread: batches in, each table's file bytes into `shared`.
+fn write(options: FileOptions, batches: Receiver<(String, RecordBatch)>, shared: &Mutex<Shared>) {
+    let mut files: BTreeMap<String, TableFile> = BTreeMap::new();
+    for (table, batch) in batches {
+        let file = match files.get_mut(&table) {
+            Some(f) => f,
+            None => match TableFile::new(batch.schema(), &options) {
+                Ok(f) => files.entry(table.clone()).or_insert(f),
+                Err(e) => return fail(shared, format!("{table}: {e}")),
+            },
+        };
+        if let Err(e) = file.write(&batch) {
+            return fail(shared, format!("{table}: {e}"));
+        }
+        drop(batch);
+        let part = file.take();
+        let rows = file.rows();
+        let mut s = lock(shared);
+        s.rows.insert(table.clone(), rows);
+        if !part.is_empty() {
+            s.bytes.entry(table).or_default().extend_from_slice(&part);
+        }
+    }
+    for (table, file) in files {
+        match file.finish() {
+            Ok(last) => lock(shared)
+                .bytes
+                .entry(table)
+                .or_default()
+                .extend_from_slice(&last),
+            Err(e) => return fail(shared, format!("{table}: {e}")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{Base, Dir, Gap};
+    use arrow_schema::{DataType, Field, Schema};
+
+    fn gap(packet: u64) -> Event {
+        Event::Gap(Gap {
+            base: Base {
+                packet,
+                ts_ns: 1_700_000_000_000_000_000,
+                conn: 0,
+                dir: Some(Dir::C2S),
+                channel: None,
+            },
+            size: 10,
+            lost_frame: None,
+        })
+    }
+
+    fn sink(kinds: &[&str]) -> Result<Sink, String> {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("capture", DataType::Utf8, false),
+            Field::new("kind", DataType::Utf8, false),
+            Field::new("seq", DataType::Int64, false),
+            Field::new("packet", DataType::Int64, false),
+        ]));
+        let kinds = kinds.iter().map(|k| (*k).to_owned()).collect();
+        let tables = Tables::new(vec![("events".into(), schema, kinds)], &[("capture", "x")])
+            .map_err(|e| e.to_string())?;
+        let options = FileOptions {
+            compression: "snappy".into(),
+            dictionary: vec!["kind".into()],
+            statistics: vec![],
+            row_group_rows: 4,
+        };
+        Sink::new(tables, options)
+    }
+
+    #[test]
+    fn events_become_a_file() -> Result<(), String> {
+        let mut s = sink(&["gap"])?;
+        let mut file = Vec::new();
+        for trip in 0..5u64 {
+            s.events((0..3).map(|i| gap(trip * 3 + i)).collect(), trip * 3)?;
+            file.extend(s.take()?.remove("events").unwrap_or_default());
+        }
+        assert_eq!(s.end_events()?.get("events"), Some(&15));
+        let closed = s.close()?;
+        assert_eq!(closed.rows.get("events"), Some(&15));
+        file.extend(closed.bytes.get("events").cloned().unwrap_or_default());
+        assert!(file.starts_with(b"PAR1") && file.ends_with(b"PAR1"));
+        Ok(())
+    }
+
+    #[test]
+    fn a_batch_of_another_schema_is_an_error_not_a_panic() -> Result<(), String> {
+        let mut s = sink(&["gap"])?;
+        s.events(vec![gap(1)], 0)?;
+        s.end_events()?;
+        let other = Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, false)]));
+        let batch = RecordBatch::try_new(
+            other,
+            vec![Arc::new(arrow_array::Int64Array::from(vec![1]))],
+        )
+        .map_err(|e| e.to_string())?;
+        // the file of `events` has its schema already: the writer refuses the batch
+        s.batch("events", batch)?;
+        let err = s.close().err().unwrap_or_default();
+        assert!(err.starts_with("events: "), "{err}");
+        Ok(())
+    }
+}

@@ -1,0 +1,145 @@
+//! `_native.ParquetSink`: the Parquet tables of a decode, built and encoded on the core's own
+//! threads (`amqpscope_core::parquet_sink`); Python writes the bytes where the files go.
+
+use std::io::Cursor;
+use std::sync::Mutex;
+
+use amqpscope_core::arrow::RecordBatch;
+use amqpscope_core::event::Event;
+use amqpscope_core::parquet_file::FileOptions;
+use amqpscope_core::parquet_sink::Sink;
+use arrow_ipc::reader::StreamReader;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+
+use crate::decoder::panic_error;
+
+#[pyclass(frozen, module = "amqpscope._native")]
+pub struct ParquetSink {
+    /// None once closed.
+    sink: Mutex<Option<Sink>>,
+}
+
+fn closed() -> PyErr {
+    PyValueError::new_err("the Parquet sink is closed")
+}
+
+impl ParquetSink {
+    /// Run `f` on the open sink with the GIL released; its error or a panic as a ValueError or
+    /// RuntimeError of one line.
+    fn with<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut Sink) -> Result<T, String> + Send,
+    ) -> PyResult<T> {
+        let got = py
+            .detach(|| {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    let mut guard = self.sink.lock().unwrap_or_else(|p| p.into_inner());
+                    guard.as_mut().map(f)
+                }))
+            })
+            .map_err(panic_error)?;
+        match got {
+            None => Err(closed()),
+            Some(r) => r.map_err(PyValueError::new_err),
+        }
+    }
+
+    /// A decoder's trip of events (`Decoder.to_sink`).
+    pub fn events(&self, py: Python<'_>, events: Vec<Event>, first_seq: u64) -> PyResult<()> {
+        self.with(py, move |s| s.events(events, first_seq))
+    }
+}
+
+fn bytes_dict<'py>(
+    py: Python<'py>,
+    parts: std::collections::BTreeMap<String, Vec<u8>>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    for (table, bytes) in parts {
+        d.set_item(table, PyBytes::new(py, &bytes))?;
+    }
+    Ok(d)
+}
+
+#[pymethods]
+impl ParquetSink {
+    /// `tables`, `constants`, `kinds` as for `Decoder.arrow`; `options`: `compression` (snappy,
+    /// zstd, lz4, none), `dictionary` and `statistics` (column names), `row_group_rows`.
+    #[new]
+    fn new(
+        tables: &Bound<'_, PyDict>,
+        constants: &Bound<'_, PyDict>,
+        kinds: &Bound<'_, PyDict>,
+        options: &Bound<'_, PyDict>,
+    ) -> PyResult<ParquetSink> {
+        let builders = crate::arrow::make_tables(tables, constants, kinds)?;
+        let item = |key: &str| {
+            options
+                .get_item(key)?
+                .ok_or_else(|| PyValueError::new_err(format!("Parquet options without {key:?}")))
+        };
+        let options = FileOptions {
+            compression: item("compression")?.extract()?,
+            dictionary: item("dictionary")?.extract()?,
+            statistics: item("statistics")?.extract()?,
+            row_group_rows: item("row_group_rows")?.extract()?,
+        };
+        let sink = Sink::new(builders, options).map_err(PyValueError::new_err)?;
+        Ok(ParquetSink {
+            sink: Mutex::new(Some(sink)),
+        })
+    }
+
+    /// One batch of `table` made in Python, as an Arrow IPC stream (`pyarrow.ipc`): the few
+    /// rows of the errors, captures and diagnoses tables.
+    fn write(&self, py: Python<'_>, table: &str, ipc: &[u8]) -> PyResult<()> {
+        let reader = StreamReader::try_new(Cursor::new(ipc), None)
+            .map_err(|e| PyValueError::new_err(format!("{table}: {e}")))?;
+        let batches: Vec<RecordBatch> = reader
+            .collect::<Result<_, _>>()
+            .map_err(|e| PyValueError::new_err(format!("{table}: {e}")))?;
+        self.with(py, move |s| {
+            batches.into_iter().try_for_each(|b| s.batch(table, b))
+        })
+    }
+
+    /// No more events (`Decoder.to_sink`): `{table: rows}` the builder made of them, once it
+    /// has. Batches (`write`) may still follow.
+    fn end_events<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let built = self.with(py, Sink::end_events)?;
+        let d = PyDict::new(py);
+        for (table, n) in built {
+            d.set_item(table, n)?;
+        }
+        Ok(d)
+    }
+
+    /// `{table: bytes}` encoded since the last call: the next part of each table's file.
+    fn take<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let parts = self.with(py, |s| s.take())?;
+        bytes_dict(py, parts)
+    }
+
+    /// Wait for everything given to be encoded and end the files: `({table: bytes}, {table:
+    /// rows})`, the last part of each file and the rows of every table that has one.
+    fn close<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyDict>, Bound<'py, PyDict>)> {
+        let sink = self
+            .sink
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .ok_or_else(closed)?;
+        let closed = py
+            .detach(move || std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sink.close())))
+            .map_err(panic_error)?
+            .map_err(PyValueError::new_err)?;
+        let rows = PyDict::new(py);
+        for (table, n) in closed.rows {
+            rows.set_item(table, n)?;
+        }
+        Ok((bytes_dict(py, closed.bytes)?, rows))
+    }
+}
