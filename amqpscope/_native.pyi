@@ -55,7 +55,7 @@ class ArrowBatch:
     def __arrow_c_array__(self, requested_schema: object | None = None) -> tuple[object, object]: ...
 
 class ParquetSink:
-    """The Parquet files of a decode's tables, built and encoded on the core's threads."""
+    """The Parquet files of a decode's tables: built by the core as events come, encoded on its own thread."""
 
     def __init__(
         self,

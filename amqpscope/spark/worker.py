@@ -3,7 +3,7 @@
 The input DataFrame is ``spark.range(P)`` with one id per partition; id ``p`` selects the list of
 slices the driver packed into partition ``p`` (``JobConfig.partitions``). Each slice is decoded as
 a stream by the native core, which also builds the rows of the event tables as Arrow record
-batches and encodes them as Parquet on threads of its own (``_native.ParquetSink``: no Python
+batches and encodes them as Parquet on a thread of its own (``_native.ParquetSink``: no Python
 object per row). The encoded bytes go straight into files under the job's staging directory, one
 file per table, laid out as the final partition (``TABLE/capture_date=D/capture_id=C/part-SLICE-ATTEMPT.parquet``). Rows
 never pass through the JVM: Spark schedules the tasks and the driver receives only a small manifest
@@ -144,8 +144,8 @@ def run_partitions(config: JobConfig, batches: Iterator[pa.RecordBatch]) -> Iter
 
 def write_slice(sl: Slice, config: JobConfig, fs: Any, root: str, attempt: int) -> pa.RecordBatch:
     """Decode one slice into one Parquet file per table that has rows; the manifest of those
-    files. The core builds and encodes the tables on its own threads (``_native.ParquetSink``)
-    while this thread decodes; the encoded bytes are written here as they come."""
+    files. The core builds the tables as it decodes (GIL released) and encodes them on a thread
+    of its own (``_native.ParquetSink``); the encoded bytes are written here as they come."""
     constants = slice_constants(sl)
     files = SliceFiles(fs, root, sl, attempt, constants)
     try:

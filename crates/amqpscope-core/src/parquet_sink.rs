@@ -1,15 +1,18 @@
 //! The Parquet tables of a decode, made beside it: events in, each table's file bytes out.
 //!
-//! Three stages on three threads, so that a decode with a core to spare takes about the
-//! longest stage instead of their sum: the caller's thread decodes and hands each trip's
-//! events to `events`; a builder thread turns them into Arrow record batches (`arrow::Tables`);
-//! a writer thread encodes those (and the few batches the caller makes itself: `batch`) into
-//! one `TableFile` per table. The caller collects the encoded bytes with `take` and writes them
-//! where the files go. Both hand-offs are bounded channels: a slow stage holds the ones before
-//! it, so memory does not grow with the capture.
+//! The caller's thread decodes and hands each trip's events to `events`, which builds them into
+//! Arrow record batches (`arrow::Tables`) there, where the events were made and are freed; a
+//! writer thread encodes those (and the few batches the caller makes itself: `batch`) into one
+//! `TableFile` per table, so a decode with a core to spare takes about the longer of the two
+//! instead of their sum. The caller collects the encoded bytes with `take` and writes them where
+//! the files go. The hand-off is a bounded channel: a slow writer holds the decode, so memory
+//! does not grow with the capture.
 //!
-//! The first error (or panic) of a stage ends it; the caller learns it, as one line, from its
-//! next call. Nothing here panics into the caller.
+//! (Building on a third thread was tried: it read and freed every event on another core than
+//! the one that made them, and took 0.6 CPU-s more per 100 MB of capture than it saved in time.)
+//!
+//! The writer's first error (or panic) ends it; the caller learns it, as one line, from its next
+//! call. Nothing here panics into the caller.
 
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -23,8 +26,6 @@ use crate::arrow::Tables;
 use crate::event::Event;
 use crate::parquet_file::{FileOptions, TableFile};
 
-/// Trips of events waiting for the builder (each ~16k events: a few MB).
-const EVENT_TRIPS: usize = 2;
 /// Batches waiting for the writer (about two trips' worth of the four core tables).
 const BATCHES: usize = 8;
 
@@ -65,10 +66,10 @@ pub struct Closed {
 }
 
 pub struct Sink {
-    events: Option<SyncSender<(Vec<Event>, u64)>>,
+    /// None after `end_events`.
+    tables: Option<Tables>,
     batches: Option<SyncSender<(String, RecordBatch)>>,
     shared: Arc<Mutex<Shared>>,
-    builder: Option<JoinHandle<()>>,
     writer: Option<JoinHandle<()>>,
 }
 
@@ -76,39 +77,21 @@ impl Sink {
     /// `tables` builds the core's tables from events; every file is encoded with `options`.
     pub fn new(tables: Tables, options: FileOptions) -> Result<Sink, String> {
         let shared = Arc::new(Mutex::new(Shared::default()));
-        let (events_tx, events_rx) = sync_channel::<(Vec<Event>, u64)>(EVENT_TRIPS);
         let (batches_tx, batches_rx) = sync_channel::<(String, RecordBatch)>(BATCHES);
-        let spawn = |name: &str, body: Box<dyn FnOnce() + Send>| {
-            std::thread::Builder::new()
-                .name(name.into())
-                .spawn(body)
-                .map_err(|e| format!("cannot start the {name} thread: {e}"))
-        };
-        let (s, tx) = (shared.clone(), batches_tx.clone());
-        let builder = spawn(
-            "amqpscope-arrow",
-            Box::new(move || {
-                let run = catch_unwind(AssertUnwindSafe(|| build(tables, events_rx, tx, &s)));
-                if let Err(panic) = run {
-                    fail(&s, panic_text(panic));
-                }
-            }),
-        )?;
         let s = shared.clone();
-        let writer = spawn(
-            "amqpscope-parquet",
-            Box::new(move || {
+        let writer = std::thread::Builder::new()
+            .name("amqpscope-parquet".into())
+            .spawn(move || {
                 let run = catch_unwind(AssertUnwindSafe(|| write(options, batches_rx, &s)));
                 if let Err(panic) = run {
                     fail(&s, panic_text(panic));
                 }
-            }),
-        )?;
+            })
+            .map_err(|e| format!("cannot start the Parquet writer thread: {e}"))?;
         Ok(Sink {
-            events: Some(events_tx),
+            tables: Some(tables),
             batches: Some(batches_tx),
             shared,
-            builder: Some(builder),
             writer: Some(writer),
         })
     }
@@ -121,16 +104,26 @@ impl Sink {
     }
 
     /// The events of one trip; `first_seq`: the number of `events[0]` in the decode. Blocks
-    /// while the builder is two trips behind.
-    pub fn events(&self, events: Vec<Event>, first_seq: u64) -> Result<(), String> {
+    /// while the writer is `BATCHES` batches behind.
+    pub fn events(&mut self, events: Vec<Event>, first_seq: u64) -> Result<(), String> {
         self.error()?;
-        let sent = self.events.as_ref().map(|tx| tx.send((events, first_seq)));
-        match sent {
-            Some(Ok(())) => Ok(()),
-            _ => self
-                .error()
-                .and(Err("the Parquet builder has stopped".into())),
+        let Some(tables) = &mut self.tables else {
+            return Err("the Parquet sink takes no more events".into());
+        };
+        let batches = tables
+            .append(&events, first_seq)
+            .and_then(|()| tables.finish())
+            .map_err(|e| e.to_string())?;
+        {
+            let mut s = lock(&self.shared);
+            for (table, b) in &batches {
+                *s.built.entry(table.clone()).or_default() += b.num_rows() as u64;
+            }
         }
+        for (table, b) in batches {
+            self.batch(&table, b)?;
+        }
+        Ok(())
     }
 
     /// A batch of `table` made elsewhere (the tables Python fills), in that table's schema.
@@ -148,11 +141,10 @@ impl Sink {
         }
     }
 
-    /// No more events: waits for the builder to finish them and returns the rows it made of
-    /// them, by table. Batches (`batch`) may still be given until `close`.
+    /// No more events: the rows made of them, by table. Batches (`batch`) may still be given
+    /// until `close`.
     pub fn end_events(&mut self) -> Result<BTreeMap<String, u64>, String> {
-        self.events = None;
-        join(self.builder.take(), &self.shared);
+        self.tables = None;
         let shared = lock(&self.shared);
         match &shared.error {
             Some(e) => Err(e.clone()),
@@ -183,60 +175,21 @@ impl Sink {
         })
     }
 
-    /// Closing the channels ends both threads once they have drained them.
+    /// Closing the channel ends the writer once it has drained it.
     fn stop(&mut self) {
-        self.events = None;
-        join(self.builder.take(), &self.shared);
+        self.tables = None;
         self.batches = None;
-        join(self.writer.take(), &self.shared);
-    }
-}
-
-fn join(thread: Option<JoinHandle<()>>, shared: &Mutex<Shared>) {
-    // the threads catch their panics: a join error is a panic in that catching itself
-    if thread.is_some_and(|t| t.join().is_err()) {
-        fail(shared, "a Parquet thread ended in a panic".into());
+        // the writer catches its panics: a join error is a panic in that catching itself
+        if self.writer.take().is_some_and(|t| t.join().is_err()) {
+            fail(&self.shared, "the Parquet writer ended in a panic".into());
+        }
     }
 }
 
 impl Drop for Sink {
-    /// Dropped without `close` (the caller failed): the threads still end, the files are lost.
+    /// Dropped without `close` (the caller failed): the writer still ends, the files are lost.
     fn drop(&mut self) {
         self.stop();
-    }
-}
-
-/// The builder thread: events in, the tables' batches out to the writer.
-fn build(
-    mut tables: Tables,
-    events: Receiver<(Vec<Event>, u64)>,
-    out: SyncSender<(String, RecordBatch)>,
-    shared: &Mutex<Shared>,
-) {
-    for (trip, first_seq) in events {
-        if lock(shared).error.is_some() {
-            return; // the writer failed: its channel may be gone
-        }
-        let built = tables
-            .append(&trip, first_seq)
-            .and_then(|()| tables.finish());
-        drop(trip); // freed here, not in the caller's decode
-        match built {
-            Ok(batches) => {
-                {
-                    let mut s = lock(shared);
-                    for (table, b) in &batches {
-                        *s.built.entry(table.clone()).or_default() += b.num_rows() as u64;
-                    }
-                }
-                for b in batches {
-                    if out.send(b).is_err() {
-                        return;
-                    }
-                }
-            }
-            Err(e) => return fail(shared, e.to_string()),
-        }
     }
 }
 

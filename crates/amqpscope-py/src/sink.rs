@@ -1,5 +1,5 @@
-//! `_native.ParquetSink`: the Parquet tables of a decode, built and encoded on the core's own
-//! threads (`amqpscope_core::parquet_sink`); Python writes the bytes where the files go.
+//! `_native.ParquetSink`: the Parquet tables of a decode, built by the core and encoded on a
+//! thread of its own (`amqpscope_core::parquet_sink`); Python writes the bytes where the files go.
 
 use std::io::Cursor;
 use std::sync::Mutex;
@@ -47,7 +47,7 @@ impl ParquetSink {
         }
     }
 
-    /// A decoder's trip of events (`Decoder.to_sink`).
+    /// A decoder's trip of events (`Decoder.to_sink`): built into batches on this thread.
     pub fn events(&self, py: Python<'_>, events: Vec<Event>, first_seq: u64) -> PyResult<()> {
         self.with(py, move |s| s.events(events, first_seq))
     }
