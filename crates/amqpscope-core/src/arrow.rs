@@ -592,7 +592,7 @@ struct MapColumn {
     sorted: bool,
     /// `args` or `properties` of a table with promoted columns: the entries a promoted column
     /// holds are left out of the map (each value in one place). The bool: properties.
-    rest: Option<(bool, Promoted)>,
+    rest: Option<bool>,
     offsets: Vec<i32>,
     keys: StringBuilder,
     values: StringBuilder,
@@ -621,9 +621,9 @@ impl MapColumn {
         match table {
             None => self.nulls.append_null(),
             Some(t) => {
-                for (name, value) in t {
-                    if let (Some((props, promoted)), Some(slots)) = (&self.rest, slots) {
-                        if promoted.holds(*props, name, value, slots) {
+                for (entry, (name, value)) in t.iter().enumerate() {
+                    if let (Some(props), Some(slots)) = (self.rest, slots) {
+                        if slots.held[usize::from(props)] & held_bit(entry) != 0 {
                             continue;
                         }
                     }
@@ -891,7 +891,7 @@ impl Column {
         match &mut self.builder {
             Builder::Int(b) => {
                 for row in slots {
-                    match row[slot] {
+                    match row.values[slot] {
                         Some(Value::Int(i)) => b.append_value(*i),
                         _ => b.append_null(),
                     }
@@ -899,7 +899,7 @@ impl Column {
             }
             Builder::Bool(b) => {
                 for row in slots {
-                    match row[slot] {
+                    match row.values[slot] {
                         Some(Value::Bool(x)) => b.append_value(*x),
                         _ => b.append_null(),
                     }
@@ -907,7 +907,7 @@ impl Column {
             }
             Builder::Str(b) => {
                 for row in slots {
-                    match row[slot] {
+                    match row.values[slot] {
                         Some(Value::Str(s)) => b.append_value(s),
                         _ => b.append_null(),
                     }
@@ -977,6 +977,7 @@ pub struct TableBuilder {
     row_seqs: Vec<i64>,
     has_seq: bool,
     has_promoted: bool,
+    promoted: Promoted,
     scratch: Vec<u8>,
 }
 
@@ -1140,8 +1141,8 @@ impl TableBuilder {
             for c in &mut columns {
                 if let Builder::Map(m) = &mut c.builder {
                     m.rest = match c.name.as_str() {
-                        "args" => Some((false, promoted)),
-                        "properties" => Some((true, promoted)),
+                        "args" => Some(false),
+                        "properties" => Some(true),
                         _ => None,
                     };
                 }
@@ -1155,6 +1156,7 @@ impl TableBuilder {
             row_seqs: Vec::new(),
             has_seq,
             has_promoted,
+            promoted,
             scratch: Vec::with_capacity(256),
         })
     }
@@ -1217,7 +1219,7 @@ impl TableBuilder {
         let mut runs: Vec<Run<'_, '_>> = Vec::new();
         for chunk in rows.chunks(CHUNK_ROWS) {
             let filled = if self.has_promoted {
-                fill_slots(chunk, &mut slots)
+                fill_slots(chunk, &mut slots, &self.promoted)
             } else {
                 0
             };
@@ -1262,7 +1264,23 @@ fn promoted_builder(name: &str, dt: &DataType) -> Result<Builder, ArrowError> {
 /// Slots of the promoted arguments (0..15, `PROMOTED_ARGS` order) and properties (15..26,
 /// `PROMOTED_PROPERTIES` order) of one row.
 const SLOTS: usize = PROMOTED_ARGS.len() + PROMOTED_PROPERTIES.len();
-type Slots<'e> = [Option<&'e Value>; SLOTS];
+#[derive(Clone, Copy)]
+struct Slots<'e> {
+    values: [Option<&'e Value>; SLOTS],
+    /// Bit j of `held[0]` (arguments) / `held[1]` (properties): the row's entry j is the value
+    /// its promoted column holds, so the map leaves it out (`held_bit`).
+    held: [u64; 2],
+}
+
+/// The bit of entry `j` in `Slots::held`; entries past the 64th are never held (no method has
+/// that many arguments, no class that many properties).
+fn held_bit(j: usize) -> u64 {
+    if j < 64 {
+        1 << j
+    } else {
+        0
+    }
+}
 // `fill_slots` reports the slots filled as bits of a u32
 const _: () = assert!(SLOTS <= 32);
 
@@ -1286,20 +1304,6 @@ impl PromotedTy {
                 | (PromotedTy::Int, Value::Int(_))
                 | (PromotedTy::Bool, Value::Bool(_))
         )
-    }
-}
-
-impl Promoted {
-    /// Whether the map entry `(name, value)` of a row is the value its promoted column holds:
-    /// the first entry of its key (the one in `slots`), of the column's type.
-    fn holds(&self, props: bool, name: &str, value: &Value, slots: &Slots<'_>) -> bool {
-        let Some(i) = promoted_slot(props, name) else {
-            return false;
-        };
-        match (self.0[i], slots[i]) {
-            (Some(ty), Some(v)) => std::ptr::eq(v, value) && ty.takes(v),
-            _ => false,
-        }
     }
 }
 
@@ -1349,23 +1353,30 @@ fn slot_of(props: bool, key: &str) -> Result<usize, ArrowError> {
 }
 
 /// The promoted values of `rows` into `out`, one `Slots` per row: the first entry of each key, as
-/// `value::get` finds it. Returns the slots filled in any row (bit i: slot i).
-fn fill_slots<'e>(rows: &[&'e Event], out: &mut Vec<Slots<'e>>) -> u32 {
+/// `value::get` finds it, and which entries `promoted`'s columns hold (that first entry, of the
+/// column's type). Returns the slots filled in any row (bit i: slot i).
+fn fill_slots<'e>(rows: &[&'e Event], out: &mut Vec<Slots<'e>>, promoted: &Promoted) -> u32 {
     out.clear();
     let mut filled = 0u32;
     for ev in rows {
-        let mut slots: Slots<'e> = [None; SLOTS];
+        let mut slots = Slots {
+            values: [None; SLOTS],
+            held: [0; 2],
+        };
         let (args, props) = match ev {
             Event::Frame(e) => (e.args.as_ref(), e.properties.as_ref()),
             Event::Message(e) => (Some(&e.args), Some(&e.properties)),
             _ => (None, None),
         };
         for (table, is_props) in [(args, false), (props, true)] {
-            for (name, value) in table.into_iter().flatten() {
+            for (j, (name, value)) in table.into_iter().flatten().enumerate() {
                 if let Some(i) = promoted_slot(is_props, name) {
-                    if slots[i].is_none() {
-                        slots[i] = Some(value);
+                    if slots.values[i].is_none() {
+                        slots.values[i] = Some(value);
                         filled |= 1 << i;
+                        if promoted.0[i].is_some_and(|ty| ty.takes(value)) {
+                            slots.held[usize::from(is_props)] |= held_bit(j);
+                        }
                     }
                 }
             }
