@@ -6,7 +6,8 @@ by bench/record_large.py), otherwise every shared capture. For each validation s
 (``--validate off,on``) this measures, one after the other:
 
 * one process: ``amqpscope decode --format parquet -o DIR`` (the job's tables, written by the same
-  worker code in one process, pyarrow only);
+  worker code in one process, no Spark), and the same on one core (``taskset -c 0``: the core's
+  Parquet writer thread shares it), the baseline a second core is measured against;
 * ``amqpscope decode --format jsonl`` with the same validation setting, JSON lines to /dev/null;
 * the batch job on ``local[1]`` and ``local[2]``, each in a fresh process (its own JVM). Spark's
   start-up (session, plus starting the Python workers with amqpscope imported and the spec
@@ -54,10 +55,13 @@ def make_archive(sources: list[Path], copies: int, where: Path) -> list[Path]:
     return files
 
 
-def cli_run(args: list[str], stdout: Any = subprocess.DEVNULL) -> dict[str, Any]:
-    """``amqpscope ARGS`` in a child process: wall time and the child's CPU seconds."""
+def cli_run(args: list[str], stdout: Any = subprocess.DEVNULL, pin: bool = False) -> dict[str, Any]:
+    """``amqpscope ARGS`` in a child process: wall time and the child's CPU seconds. ``pin``: on
+    one core (``taskset -c 0``), its threads included."""
     exe = Path(sys.executable).with_name("amqpscope")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-c", "from amqpscope.cli.main import main; main()"]
+    if pin:
+        cmd = ["taskset", "-c", "0", *cmd]
     c = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     proc = subprocess.run([*cmd, *args], stdout=stdout, stderr=subprocess.PIPE, text=True)
@@ -67,11 +71,11 @@ def cli_run(args: list[str], stdout: Any = subprocess.DEVNULL) -> dict[str, Any]
     return {"seconds": time.perf_counter() - t, "cpu": d.ru_utime + d.ru_stime - c.ru_utime - c.ru_stime}
 
 
-def cli_parquet(files: list[Path], out: Path, validate: bool) -> dict[str, Any]:
+def cli_parquet(files: list[Path], out: Path, validate: bool, pin: bool = False) -> dict[str, Any]:
     if out.exists():
         shutil.rmtree(out)
     flags = [] if validate else ["--no-validate"]
-    return cli_run(["decode", "--format", "parquet", "-o", str(out), *flags, *map(str, files)])
+    return cli_run(["decode", "--format", "parquet", "-o", str(out), *flags, *map(str, files)], pin=pin)
 
 
 def cli_jsonl(files: list[Path], validate: bool) -> dict[str, Any]:
@@ -176,6 +180,8 @@ def measure(a: argparse.Namespace, files: list[Path], tmpd: Path, mb: float, val
     rows: list[tuple[str, float, float, str]] = []
     one = best(a.repeat, lambda: cli_parquet(files, tmpd / "parquet", validate))
     rows.append(("one process: decode --format parquet", one["seconds"], one["cpu"], ""))
+    pinned = best(a.repeat, lambda: cli_parquet(files, tmpd / "parquet", validate, pin=True))
+    rows.append(("one process on one core", pinned["seconds"], pinned["cpu"], "taskset -c 0: writer thread too"))
     jsonl = best(a.repeat, lambda: cli_jsonl(files, validate))
     rows.append(("decode --format jsonl", jsonl["seconds"], jsonl["cpu"], "to /dev/null"))
     spark_runs = []
@@ -202,7 +208,8 @@ def measure(a: argparse.Namespace, files: list[Path], tmpd: Path, mb: float, val
     if "local[2]" in by:
         job = by["local[2]"]["job_s"]
         print(f"local[2] steady state: {mb / job:.1f} MB/s (target >= 100), {base / job:.2f}x one process "
-              f"(target >= 1.6x)" + (f", {by['local[1]']['job_s'] / job:.2f}x local[1]" if "local[1]" in by else ""))
+              f"(target >= 1.6x), {pinned['seconds'] / job:.2f}x one process on one core"
+              + (f", {by['local[1]']['job_s'] / job:.2f}x local[1]" if "local[1]" in by else ""))
     print(f"decode --format parquet / --format jsonl (validation {setting}): {one['seconds'] / jsonl['seconds']:.2f}x "
           f"the time (target <= 1.3x), {one['cpu'] / jsonl['cpu']:.2f}x the CPU")  # fmt: skip
 

@@ -122,6 +122,9 @@ def get_session(master: str | None = None, driver_memory: str | None = None,
         builder = (builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
                    .config("spark.ui.enabled", "false"))  # fmt: skip
     builder = builder.config("spark.ui.showConsoleProgress", "false")
+    # pyarrow imports numpy, whose OpenBLAS starts a thread per core in every Python worker that
+    # spins ~0.1 CPU-s at start; nothing in a task does linear algebra
+    builder = builder.config("spark.executorEnv.OPENBLAS_NUM_THREADS", "1")
     builder = builder.config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{_log4j_file()}")
     if driver_memory:
         builder = builder.config("spark.driver.memory", driver_memory)
