@@ -196,7 +196,8 @@ def run_job(opts: JobOptions, spark: Any = None) -> JobResult:
     staging = f"{out}/_staging-{uuid.uuid4().hex[:12]}"
     config = JobConfig(partitions=parts, spec=opts.spec, ports=opts.ports, staging=staging,
                        tls_keylog=opts.tls_keylog, validate=opts.validate,
-                       tables=table_names(opts.diagnose), compression=opts.compression)  # fmt: skip
+                       tables=table_names(opts.diagnose), compression=opts.compression,
+                       writer_thread=False)  # fmt: skip
     result = JobResult(out=out, captures=len(captures), slices=len(slices), partitions=len(parts))
     try:
         manifest = (spark.range(0, len(parts), 1, len(parts))

@@ -72,6 +72,10 @@ class JobConfig:
     validate: bool = True  # run the validator stage: its findings fill the ``findings`` table
     tls_keylog: str = field(default="", repr=False)  # NSS key log text (batch --tls-keylog)
     compression: str = DEFAULT_COMPRESSION  # of the Parquet files (COMPRESSIONS)
+    # Encode on a thread of the core's own beside the decode: a one-process decode with a core to
+    # spare ends sooner. Spark runs a task per core, so its tasks encode on the thread that
+    # decodes: two concurrent decodes on 2 cores took 8 % less CPU and time that way.
+    writer_thread: bool = True
 
 
 # Written only when asked for (``--diagnose``): the diagnoser runs in Python over Python event
@@ -207,7 +211,8 @@ STATISTICS_COLUMNS = ("seq", "packet", "ts", "time", "conn", "channel", "kind", 
 def parquet_options(config: JobConfig) -> dict[str, Any]:
     """How the core encodes the files (``_native.ParquetSink``)."""
     return {"compression": config.compression, "dictionary": list(DICTIONARY_COLUMNS),
-            "statistics": list(STATISTICS_COLUMNS), "row_group_rows": ROW_GROUP_ROWS}  # fmt: skip
+            "statistics": list(STATISTICS_COLUMNS), "row_group_rows": ROW_GROUP_ROWS,
+            "thread": config.writer_thread}  # fmt: skip
 
 
 def ipc_bytes(batch: pa.RecordBatch) -> bytes:

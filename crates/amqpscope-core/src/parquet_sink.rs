@@ -65,34 +65,57 @@ pub struct Closed {
     pub rows: BTreeMap<String, u64>,
 }
 
+/// Where batches are encoded.
+enum Encoder {
+    /// On the writer thread, through a bounded channel.
+    Thread {
+        batches: SyncSender<(String, RecordBatch)>,
+        writer: JoinHandle<()>,
+    },
+    /// On the caller's thread.
+    Inline(Files),
+}
+
 pub struct Sink {
     /// None after `end_events`.
     tables: Option<Tables>,
-    batches: Option<SyncSender<(String, RecordBatch)>>,
+    /// None once closed.
+    encoder: Option<Encoder>,
     shared: Arc<Mutex<Shared>>,
-    writer: Option<JoinHandle<()>>,
 }
 
 impl Sink {
     /// `tables` builds the core's tables from events; every file is encoded with `options`.
-    pub fn new(tables: Tables, options: FileOptions) -> Result<Sink, String> {
+    /// `thread`: encode on a writer thread of its own, so that a decode with a core to spare
+    /// ends sooner; without, everything runs on the caller's thread, which takes less CPU in
+    /// all (no batch crosses to another core) where the other cores are busy anyway: Spark's
+    /// tasks, one per core.
+    pub fn new(tables: Tables, options: FileOptions, thread: bool) -> Result<Sink, String> {
         let shared = Arc::new(Mutex::new(Shared::default()));
-        let (batches_tx, batches_rx) = sync_channel::<(String, RecordBatch)>(BATCHES);
-        let s = shared.clone();
-        let writer = std::thread::Builder::new()
-            .name("amqpscope-parquet".into())
-            .spawn(move || {
-                let run = catch_unwind(AssertUnwindSafe(|| write(options, batches_rx, &s)));
-                if let Err(panic) = run {
-                    fail(&s, panic_text(panic));
-                }
-            })
-            .map_err(|e| format!("cannot start the Parquet writer thread: {e}"))?;
+        let files = Files {
+            options,
+            files: BTreeMap::new(),
+        };
+        let encoder = if thread {
+            let (batches, batches_rx) = sync_channel::<(String, RecordBatch)>(BATCHES);
+            let s = shared.clone();
+            let writer = std::thread::Builder::new()
+                .name("amqpscope-parquet".into())
+                .spawn(move || {
+                    let run = catch_unwind(AssertUnwindSafe(|| write(files, batches_rx, &s)));
+                    if let Err(panic) = run {
+                        fail(&s, panic_text(panic));
+                    }
+                })
+                .map_err(|e| format!("cannot start the Parquet writer thread: {e}"))?;
+            Encoder::Thread { batches, writer }
+        } else {
+            Encoder::Inline(files)
+        };
         Ok(Sink {
             tables: Some(tables),
-            batches: Some(batches_tx),
+            encoder: Some(encoder),
             shared,
-            writer: Some(writer),
         })
     }
 
@@ -127,17 +150,22 @@ impl Sink {
     }
 
     /// A batch of `table` made elsewhere (the tables Python fills), in that table's schema.
-    pub fn batch(&self, table: &str, batch: RecordBatch) -> Result<(), String> {
+    pub fn batch(&mut self, table: &str, batch: RecordBatch) -> Result<(), String> {
         self.error()?;
-        let sent = self
-            .batches
-            .as_ref()
-            .map(|tx| tx.send((table.to_owned(), batch)));
-        match sent {
-            Some(Ok(())) => Ok(()),
-            _ => self
-                .error()
-                .and(Err("the Parquet writer has stopped".into())),
+        match &mut self.encoder {
+            Some(Encoder::Thread { batches, .. }) => {
+                if batches.send((table.to_owned(), batch)).is_err() {
+                    return self
+                        .error()
+                        .and(Err("the Parquet writer has stopped".into()));
+                }
+                Ok(())
+            }
+            Some(Encoder::Inline(files)) => {
+                let written = files.write(table, &batch, &self.shared);
+                written.inspect_err(|e| fail(&self.shared, e.clone()))
+            }
+            None => Err("the Parquet sink is closed".into()),
         }
     }
 
@@ -175,13 +203,23 @@ impl Sink {
         })
     }
 
-    /// Closing the channel ends the writer once it has drained it.
+    /// Ends the files: closing the channel ends the writer thread once it has drained it.
     fn stop(&mut self) {
         self.tables = None;
-        self.batches = None;
-        // the writer catches its panics: a join error is a panic in that catching itself
-        if self.writer.take().is_some_and(|t| t.join().is_err()) {
-            fail(&self.shared, "the Parquet writer ended in a panic".into());
+        match self.encoder.take() {
+            Some(Encoder::Thread { batches, writer }) => {
+                drop(batches);
+                // the writer catches its panics: a join error is a panic in that catching itself
+                if writer.join().is_err() {
+                    fail(&self.shared, "the Parquet writer ended in a panic".into());
+                }
+            }
+            Some(Encoder::Inline(files)) => {
+                if let Err(e) = files.finish(&self.shared) {
+                    fail(&self.shared, e);
+                }
+            }
+            None => {}
         }
     }
 }
@@ -193,38 +231,67 @@ impl Drop for Sink {
     }
 }
 
-/// The writer thread: batches in, each table's file bytes into `shared`.
-fn write(options: FileOptions, batches: Receiver<(String, RecordBatch)>, shared: &Mutex<Shared>) {
-    let mut files: BTreeMap<String, TableFile> = BTreeMap::new();
-    for (table, batch) in batches {
-        let file = match files.get_mut(&table) {
+/// The files of one sink, a table's opened at its first batch.
+struct Files {
+    options: FileOptions,
+    files: BTreeMap<String, TableFile>,
+}
+
+impl Files {
+    /// Encode `batch` into `table`'s file; the bytes that come of it (and the rows) into `shared`.
+    fn write(
+        &mut self,
+        table: &str,
+        batch: &RecordBatch,
+        shared: &Mutex<Shared>,
+    ) -> Result<(), String> {
+        let file = match self.files.get_mut(table) {
             Some(f) => f,
-            None => match TableFile::new(batch.schema(), &options) {
-                Ok(f) => files.entry(table.clone()).or_insert(f),
-                Err(e) => return fail(shared, format!("{table}: {e}")),
-            },
+            None => {
+                let f = TableFile::new(batch.schema(), &self.options)
+                    .map_err(|e| format!("{table}: {e}"))?;
+                self.files.entry(table.to_owned()).or_insert(f)
+            }
         };
-        if let Err(e) = file.write(&batch) {
-            return fail(shared, format!("{table}: {e}"));
-        }
-        drop(batch);
+        file.write(batch).map_err(|e| format!("{table}: {e}"))?;
         let part = file.take();
         let rows = file.rows();
         let mut s = lock(shared);
-        s.rows.insert(table.clone(), rows);
+        s.rows.insert(table.to_owned(), rows);
         if !part.is_empty() {
-            s.bytes.entry(table).or_default().extend_from_slice(&part);
+            s.bytes
+                .entry(table.to_owned())
+                .or_default()
+                .extend_from_slice(&part);
         }
+        Ok(())
     }
-    for (table, file) in files {
-        match file.finish() {
-            Ok(last) => lock(shared)
+
+    /// Every file's last row group and footer into `shared`.
+    fn finish(self, shared: &Mutex<Shared>) -> Result<(), String> {
+        for (table, file) in self.files {
+            let last = file.finish().map_err(|e| format!("{table}: {e}"))?;
+            lock(shared)
                 .bytes
                 .entry(table)
                 .or_default()
-                .extend_from_slice(&last),
-            Err(e) => return fail(shared, format!("{table}: {e}")),
+                .extend_from_slice(&last);
         }
+        Ok(())
+    }
+}
+
+/// The writer thread: batches in, each table's file bytes into `shared`.
+fn write(mut files: Files, batches: Receiver<(String, RecordBatch)>, shared: &Mutex<Shared>) {
+    for (table, batch) in batches {
+        let written = files.write(&table, &batch, shared);
+        drop(batch);
+        if let Err(e) = written {
+            return fail(shared, e);
+        }
+    }
+    if let Err(e) = files.finish(shared) {
+        fail(shared, e);
     }
 }
 
@@ -248,7 +315,7 @@ mod tests {
         })
     }
 
-    fn sink(kinds: &[&str]) -> Result<Sink, String> {
+    fn sink(kinds: &[&str], thread: bool) -> Result<Sink, String> {
         let schema = Arc::new(Schema::new(vec![
             Field::new("capture", DataType::Utf8, false),
             Field::new("kind", DataType::Utf8, false),
@@ -264,12 +331,19 @@ mod tests {
             statistics: vec![],
             row_group_rows: 4,
         };
-        Sink::new(tables, options)
+        Sink::new(tables, options, thread)
     }
 
     #[test]
     fn events_become_a_file() -> Result<(), String> {
-        let mut s = sink(&["gap"])?;
+        for thread in [true, false] {
+            events_become_a_file_(thread)?;
+        }
+        Ok(())
+    }
+
+    fn events_become_a_file_(thread: bool) -> Result<(), String> {
+        let mut s = sink(&["gap"], thread)?;
         let mut file = Vec::new();
         for trip in 0..5u64 {
             s.events((0..3).map(|i| gap(trip * 3 + i)).collect(), trip * 3)?;
@@ -285,7 +359,14 @@ mod tests {
 
     #[test]
     fn a_batch_of_another_schema_is_an_error_not_a_panic() -> Result<(), String> {
-        let mut s = sink(&["gap"])?;
+        for thread in [true, false] {
+            another_schema(thread)?;
+        }
+        Ok(())
+    }
+
+    fn another_schema(thread: bool) -> Result<(), String> {
+        let mut s = sink(&["gap"], thread)?;
         s.events(vec![gap(1)], 0)?;
         s.end_events()?;
         let other = Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, false)]));
@@ -294,9 +375,12 @@ mod tests {
             vec![Arc::new(arrow_array::Int64Array::from(vec![1]))],
         )
         .map_err(|e| e.to_string())?;
-        // the file of `events` has its schema already: the writer refuses the batch
-        s.batch("events", batch)?;
-        let err = s.close().err().unwrap_or_default();
+        // the file of `events` has its schema already: the writer refuses the batch,
+        // at once inline, at the writer thread's next step (seen by `close`) with one
+        let err = match s.batch("events", batch) {
+            Err(e) => e,
+            Ok(()) => s.close().err().unwrap_or_default(),
+        };
         assert!(err.starts_with("events: "), "{err}");
         Ok(())
     }

@@ -67,7 +67,8 @@ fn bytes_dict<'py>(
 #[pymethods]
 impl ParquetSink {
     /// `tables`, `constants`, `kinds` as for `Decoder.arrow`; `options`: `compression` (snappy,
-    /// zstd, lz4, none), `dictionary` and `statistics` (column names), `row_group_rows`.
+    /// zstd, lz4, none), `dictionary` and `statistics` (column names), `row_group_rows`, and
+    /// `thread`: encode on a writer thread (see `Sink::new`).
     #[new]
     fn new(
         tables: &Bound<'_, PyDict>,
@@ -87,7 +88,8 @@ impl ParquetSink {
             statistics: item("statistics")?.extract()?,
             row_group_rows: item("row_group_rows")?.extract()?,
         };
-        let sink = Sink::new(builders, options).map_err(PyValueError::new_err)?;
+        let thread: bool = item("thread")?.extract()?;
+        let sink = Sink::new(builders, options, thread).map_err(PyValueError::new_err)?;
         Ok(ParquetSink {
             sink: Mutex::new(Some(sink)),
         })
