@@ -197,8 +197,8 @@ def measure(a: argparse.Namespace, files: list[Path], tmpd: Path, mb: float, val
         print(f"{name:<40}{secs:>9.1f}{mb / secs:>8.1f}{base / secs:>7.2f}{cpu:>8.1f}{cpu / mb:>10.4f}"
               f"{cpu / secs:>7.2f}  {note}")  # fmt: skip
     print("(batch jobs: Spark's start-up excluded; 'x one' is throughput over the one-process parquet decode;")
-    print(" 'cores': CPU s / seconds, the cores a variant kept busy: the Parquet writer is a second thread of")
-    print(" the one process and of every task, so local[1] and the one process use more than one core too)")
+    print(" 'cores': CPU s / seconds, the cores a variant kept busy: the one process encodes Parquet on a second")
+    print(" thread, so it uses more than one core; a Spark task encodes on the thread that decodes)")
     for run in spark_runs:
         start = run["session_s"] + run["warmup_s"]
         print(f"spark start-up {run['master']}: {start:.1f} s (session {run['session_s']:.1f} s, python workers "

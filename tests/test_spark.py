@@ -318,6 +318,14 @@ def test_decode_parquet_usage_errors(tmp_path: Path, args: list[str], message: s
     assert not (tmp_path / "o").exists()
 
 
+def test_decode_parquet_unwritable_output_is_one_line(tmp_path: Path) -> None:
+    sample = Path(__file__).resolve().parents[1] / "samples" / "confirms.pcap"
+    (tmp_path / "file").write_text("not a directory")
+    res = _cli("decode", "--format", "parquet", "-o", str(tmp_path / "file" / "o"), str(sample))
+    assert res.exit_code == 2, res.output
+    assert res.output.startswith("amqpscope: error: cannot write the tables under ") and res.output.count("\n") == 1
+
+
 def test_decode_parquet_needs_neither_spark_nor_java(tmp_path: Path) -> None:
     sample = Path(__file__).resolve().parents[1] / "samples" / "confirms.pcap"
     code = ("import sys; from amqpscope.cli.main import cli\n"

@@ -39,7 +39,10 @@ def write_tables(inputs: Sequence[str], out: str, spec: str | None = None, ports
     captures = list_inputs(inputs)  # InputError for a missing input
     filesystem, root = open_output(out)
     _check_manifest(filesystem, root)
-    filesystem.create_dir(root, recursive=True)
+    try:
+        filesystem.create_dir(root, recursive=True)
+    except OSError as exc:
+        raise JobError(f"cannot write the tables under {out}: {exc.strerror or exc}") from None
     config = JobConfig(partitions=(), spec=spec, ports=ports, validate=validate, tls_keylog=tls_keylog,
                        tables=table_names(diagnose), compression=compression)
     result = JobResult(out=out, captures=len(captures), slices=len(captures), partitions=1)
