@@ -1,6 +1,7 @@
 """The Parquet tables of ``amqpscope batch`` without Spark: ``amqpscope decode --format parquet``.
 
-One process, pyarrow only (no Spark, no Java): every capture is decoded by the same
+One process, no Spark and no Java (the core encodes the files; pyarrow gives the schemas and the
+filesystems): every capture is decoded by the same
 ``worker.write_slice`` a Spark task runs, into a staging directory under ``DIR``, and its files
 are then moved into place with the same layout and the same rule as the Spark job's commit: each
 partition (``TABLE/capture_date=…/capture_id=…``) written replaces the partition of that name,
