@@ -326,6 +326,24 @@ def test_decode_parquet_unwritable_output_is_one_line(tmp_path: Path) -> None:
     assert res.output.startswith("amqpscope: error: cannot write the tables under ") and res.output.count("\n") == 1
 
 
+def test_a_table_that_cannot_be_written_fails_the_slice_not_as_the_capture() -> None:
+    """A full disk is the output's failure: not an ``errors`` row blaming the capture."""
+    import errno
+
+    from amqpscope.spark.worker import JobConfig, Slice, TablesWriteError, write_slice
+
+    class FullDisk:
+        def create_dir(self, path: str, recursive: bool = False) -> None:
+            pass
+
+        def open_output_stream(self, path: str) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    sample = Path(__file__).resolve().parents[1] / "samples" / "confirms.pcap"
+    with pytest.raises(TablesWriteError, match=r"cannot write the \w+ table under /out: No space left on device"):
+        write_slice(Slice(str(sample), "0123456789abcdef", None), JobConfig(partitions=()), FullDisk(), "/out", 0)
+
+
 def test_decode_parquet_needs_neither_spark_nor_java(tmp_path: Path) -> None:
     sample = Path(__file__).resolve().parents[1] / "samples" / "confirms.pcap"
     code = ("import sys; from amqpscope.cli.main import cli\n"

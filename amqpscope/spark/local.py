@@ -24,7 +24,7 @@ from . import DEFAULT_COMPRESSION
 from .inputs import Capture, list_inputs, open_output
 from .job import MANIFEST, JobError, JobResult, _manifest
 from .schema import SCHEMA_VERSION, TABLES
-from .worker import JobConfig, Slice, table_names, write_slice
+from .worker import JobConfig, Slice, TablesWriteError, table_names, write_slice
 
 
 def write_tables(inputs: Sequence[str], out: str, spec: str | None = None, ports: frozenset[int] = frozenset({5672}),
@@ -53,7 +53,10 @@ def write_tables(inputs: Sequence[str], out: str, spec: str | None = None, ports
             if progress is not None:
                 progress(cap)
             sl = Slice(cap.uri, cap.capture_id, cap.size)
-            files = write_slice(sl, config, filesystem, staging, 0).to_pylist()
+            try:
+                files = write_slice(sl, config, filesystem, staging, 0).to_pylist()
+            except TablesWriteError as exc:
+                raise JobError(str(exc)) from None
             written = _commit(filesystem, root, staging, files)
             _delete_stale(filesystem, root, cap.capture_id, written)
             for f in files:

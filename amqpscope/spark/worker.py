@@ -3,9 +3,9 @@
 The input DataFrame is ``spark.range(P)`` with one id per partition; id ``p`` selects the list of
 slices the driver packed into partition ``p`` (``JobConfig.partitions``). Each slice is decoded as
 a stream by the native core, which also builds the rows of the event tables as Arrow record
-batches and encodes them as Parquet on a thread of its own (``_native.ParquetSink``: no Python
-object per row). The encoded bytes go straight into files under the job's staging directory, one
-file per table, laid out as the final partition (``TABLE/capture_date=D/capture_id=C/part-SLICE-ATTEMPT.parquet``). Rows
+batches and encodes them as Parquet (``_native.ParquetSink``: no Python object per row). The
+encoded bytes go straight into files under the job's staging directory, one file per table, laid
+out as the final partition (``TABLE/capture_date=D/capture_id=C/part-SLICE-ATTEMPT.parquet``). Rows
 never pass through the JVM: Spark schedules the tasks and the driver receives only a small manifest
 (one row per file written), from which it commits the files of the successful task attempts
 (``job.py``). ``amqpscope decode --format parquet`` runs the same ``write_slice`` in one process
@@ -66,7 +66,9 @@ class JobConfig:
     staging: str = ""  # URI of the job's staging directory, where tasks write their files
     spec: str | None = None
     ports: frozenset[int] = frozenset({5672})
-    batch_rows: int = 4096  # events per trip into the core (one Arrow batch per table): 16,384 took 0.1-0.2 s more per 100 MB (the builders' columns no longer in cache)
+    # events per trip into the core (one Arrow batch per table): 16,384 took 0.1-0.2 s more per
+    # 100 MB of capture (the builders' columns no longer in cache)
+    batch_rows: int = 4096
     plan_bytes: int = 32 << 20  # capture prefix weighed to split a capture by flow (split.py)
     tables: tuple[str, ...] = field(default_factory=lambda: table_names(diagnose=False))
     validate: bool = True  # run the validator stage: its findings fill the ``findings`` table
@@ -148,8 +150,9 @@ def run_partitions(config: JobConfig, batches: Iterator[pa.RecordBatch]) -> Iter
 
 def write_slice(sl: Slice, config: JobConfig, fs: Any, root: str, attempt: int) -> pa.RecordBatch:
     """Decode one slice into one Parquet file per table that has rows; the manifest of those
-    files. The core builds the tables as it decodes (GIL released) and encodes them on a thread
-    of its own (``_native.ParquetSink``); the encoded bytes are written here as they come."""
+    files. The core builds the tables as it decodes (GIL released) and encodes them, on a thread
+    of its own with ``config.writer_thread`` (``_native.ParquetSink``); the encoded bytes are
+    written here as they come. A file that cannot be written raises ``TablesWriteError``."""
     constants = slice_constants(sl)
     files = SliceFiles(fs, root, sl, attempt, constants)
     try:
@@ -170,6 +173,10 @@ def write_slice(sl: Slice, config: JobConfig, fs: Any, root: str, attempt: int) 
     return pa.RecordBatch.from_pydict(cols, schema=MANIFEST_SCHEMA)
 
 
+class TablesWriteError(Exception):
+    """A table's file could not be written (the output, not the capture): the slice fails."""
+
+
 class SliceFiles:
     """The files of one slice's tables, opened at their first bytes (a table without rows has
     no file), laid out as their final partition under ``root``."""
@@ -181,13 +188,20 @@ class SliceFiles:
 
     def write(self, parts: dict[str, bytes]) -> None:
         for table, data in parts.items():
-            stream = self.streams.get(table)
-            if stream is None:
-                folder = f"{table}/capture_date={self.constants['capture_date']}/capture_id={self.sl.capture_id}"
-                self.fs.create_dir(f"{self.root}/{folder}", recursive=True)
-                self.rel[table] = f"{folder}/part-{self.sl.index:05d}-{self.attempt}.parquet"
-                stream = self.streams[table] = self.fs.open_output_stream(f"{self.root}/{self.rel[table]}")
-            stream.write(data)
+            try:
+                self._stream(table).write(data)
+            except OSError as exc:
+                raise TablesWriteError(f"cannot write the {table} table under {self.root}: "
+                                       f"{exc.strerror or exc}") from None  # fmt: skip
+
+    def _stream(self, table: str) -> Any:
+        stream = self.streams.get(table)
+        if stream is None:
+            folder = f"{table}/capture_date={self.constants['capture_date']}/capture_id={self.sl.capture_id}"
+            self.fs.create_dir(f"{self.root}/{folder}", recursive=True)
+            self.rel[table] = f"{folder}/part-{self.sl.index:05d}-{self.attempt}.parquet"
+            stream = self.streams[table] = self.fs.open_output_stream(f"{self.root}/{self.rel[table]}")
+        return stream
 
     def close(self) -> None:
         for stream in self.streams.values():
@@ -304,6 +318,8 @@ def decode_slice(sl: Slice, config: JobConfig, constants: dict[str, str], files:
                 diagnosed += diagnoser.finish()
         finally:
             stats.update(dec.stats())
+    except TablesWriteError:
+        raise  # the output's failure, not the capture's
     except OSError as exc:  # opening failed (local open or a remote filesystem)
         error = CaptureUnreadable(f"cannot read capture {sl.uri!r}: {exc.strerror or exc}")
     except Exception as exc:  # CaptureError, or a decoder bug: this capture stops, the job goes on
