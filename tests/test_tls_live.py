@@ -16,7 +16,7 @@ import json
 import os
 import ssl
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,18 @@ def sniff(tmp: Path, broker: PrivateBroker, keys: Path, pcap: Path, backend: str
     return Sniffer(tmp, "-i", "lo", "-f", f"tcp port {broker.tls_port} or tcp port {broker.port}", "--port",
                    str(broker.port), "--tls-keylog", str(keys), "--format", "jsonl", "--no-validate", "-w",
                    str(pcap), "--capture-backend", backend)  # fmt: skip
+
+
+def _close_ok_of(port: int) -> Callable[[dict[str, Any]], bool]:
+    """A predicate on the records in order: the close-ok frame of a connection to ``port``."""
+    conns: set[int] = set()
+
+    def seen(r: dict[str, Any]) -> bool:
+        if r["kind"] == "connection" and r.get("server") == f"127.0.0.1:{port}":
+            conns.add(r["conn"])
+        return r["kind"] == "frame" and r.get("method") == "connection.close-ok" and r["conn"] in conns
+
+    return seen
 
 
 def plain_round_trip(sniffer: Sniffer, broker: PrivateBroker) -> None:
@@ -132,7 +144,10 @@ def keys_arrive_late(tls_broker: PrivateBroker, tmp_path: Path, pcap: Path, queu
         keys.write_text(private.read_text())  # the keys arrive
         publish(conn, queue, [b"after %d" % i for i in range(5)])
         conn.close()
-        sniffer.wait_for(lambda r: r["kind"] == "tls" and r["server"] == f"127.0.0.1:{tls_broker.tls_port}")
+        # the broker's close-ok decrypted. Not the connection's end: the broker may hold its side
+        # of the TCP connection open for seconds after it (seen on this machine), and the sniffer
+        # ends the connection, printing its tls record, when it stops if not before
+        sniffer.wait_for(_close_ok_of(tls_broker.tls_port))
     finally:
         rc = sniffer.stop()
     assert rc == 0, sniffer.stderr
