@@ -166,3 +166,51 @@ def test_tables_not_asked_for_are_left_out() -> None:
     with contextlib.suppress(CaptureError):
         while (b := dec.arrow({}, CONSTANTS, TABLE_OF_KIND)) is not None:
             assert b == {}
+
+
+def _sink(thread: bool = True) -> Any:
+    from amqpscope.spark.worker import JobConfig, file_schema, parquet_options
+
+    schemas = {name: file_schema(name) for name in ("events", "messages")}
+    return native.ParquetSink(schemas, CONSTANTS, TABLE_OF_KIND,
+                              parquet_options(JobConfig(partitions=(), writer_thread=thread)))  # fmt: skip
+
+
+@pytest.mark.parametrize("thread", [True, False])
+def test_parquet_sink_files_read_back_as_the_batches(tmp_path: Path, thread: bool) -> None:
+    """The sink's bytes, in the order handed out, are Parquet files holding the core's batches."""
+    import pyarrow.parquet as pq
+
+    path = SAMPLES[0]
+    sink = _sink(thread)
+    dec = open_decoder(path, options=OPTIONS)
+    parts: dict[str, bytes] = {}
+    while dec.to_sink(sink, 64) is not None:  # small trips: many batches, several row groups
+        for name, data in sink.take().items():
+            parts[name] = parts.get(name, b"") + data
+    built = sink.end_events()
+    last, rows = sink.close()
+    for name, data in last.items():
+        parts[name] = parts.get(name, b"") + data
+    want = core_tables(path)
+    assert rows == built == {name: want[name].num_rows for name in ("events", "messages")}
+    for name, data in parts.items():
+        (tmp_path / name).write_bytes(data)
+        got = pq.read_table(tmp_path / name)
+        assert got.schema.metadata == want[name].schema.metadata
+        assert got.to_pylist() == want[name].select(got.column_names).to_pylist()
+
+
+def test_parquet_sink_errors_are_one_line_values() -> None:
+    sink = _sink()
+    with pytest.raises(ValueError, match=r"^events: "):
+        sink.write("events", b"not an Arrow IPC stream")
+    sink.end_events()
+    sink.close()
+    with pytest.raises(ValueError, match="closed"):
+        sink.take()
+    with pytest.raises(ValueError, match="closed"):
+        sink.close()
+    with pytest.raises(ValueError, match="unknown Parquet compression"):
+        native.ParquetSink({}, CONSTANTS, TABLE_OF_KIND, {"compression": "brotli", "dictionary": [], "statistics": [],
+                                                         "row_group_rows": 10, "thread": False})  # fmt: skip

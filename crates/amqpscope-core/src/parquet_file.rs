@@ -28,8 +28,9 @@ pub struct FileOptions {
 }
 
 impl FileOptions {
-    fn properties(&self, schema: &SchemaRef) -> Result<WriterProperties, ParquetError> {
-        let compression = match self.compression.as_str() {
+    /// The codec named by `compression`; an unknown name is an error (before any file is made).
+    pub fn codec(&self) -> Result<Compression, ParquetError> {
+        Ok(match self.compression.as_str() {
             "snappy" => Compression::SNAPPY,
             // zstd's level 1: pyarrow's default, a fraction of the CPU of higher levels
             "zstd" => Compression::ZSTD(ZstdLevel::try_new(1)?),
@@ -40,9 +41,12 @@ impl FileOptions {
                     "unknown Parquet compression {other:?}"
                 )))
             }
-        };
+        })
+    }
+
+    fn properties(&self, schema: &SchemaRef) -> Result<WriterProperties, ParquetError> {
         let mut b = WriterProperties::builder()
-            .set_compression(compression)
+            .set_compression(self.codec()?)
             .set_dictionary_enabled(false)
             .set_statistics_enabled(EnabledStatistics::None)
             .set_max_row_group_row_count(Some(self.row_group_rows.max(1)))

@@ -91,6 +91,7 @@ impl Sink {
     /// all (no batch crosses to another core) where the other cores are busy anyway: Spark's
     /// tasks, one per core.
     pub fn new(tables: Tables, options: FileOptions, thread: bool) -> Result<Sink, String> {
+        options.codec().map_err(|e| e.to_string())?;
         let shared = Arc::new(Mutex::new(Shared::default()));
         let files = Files {
             options,

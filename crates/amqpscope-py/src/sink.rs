@@ -98,10 +98,14 @@ impl ParquetSink {
     /// One batch of `table` made in Python, as an Arrow IPC stream (`pyarrow.ipc`): the few
     /// rows of the errors, captures and diagnoses tables.
     fn write(&self, py: Python<'_>, table: &str, ipc: &[u8]) -> PyResult<()> {
-        let reader = StreamReader::try_new(Cursor::new(ipc), None)
-            .map_err(|e| PyValueError::new_err(format!("{table}: {e}")))?;
-        let batches: Vec<RecordBatch> = reader
-            .collect::<Result<_, _>>()
+        // bytes from Python: a reader's panic on a malformed stream stays here
+        let read = std::panic::catch_unwind(|| -> Result<Vec<RecordBatch>, String> {
+            let reader =
+                StreamReader::try_new(Cursor::new(ipc), None).map_err(|e| e.to_string())?;
+            reader.collect::<Result<_, _>>().map_err(|e| e.to_string())
+        });
+        let batches = read
+            .map_err(panic_error)?
             .map_err(|e| PyValueError::new_err(format!("{table}: {e}")))?;
         self.with(py, move |s| {
             batches.into_iter().try_for_each(|b| s.batch(table, b))
