@@ -203,8 +203,12 @@ def test_parquet_sink_files_read_back_as_the_batches(tmp_path: Path, thread: boo
 
 def test_parquet_sink_errors_are_one_line_values() -> None:
     sink = _sink()
-    with pytest.raises(ValueError, match=r"^events: "):
-        sink.write("events", b"not an Arrow IPC stream")
+    from amqpscope.spark.worker import file_schema
+
+    with pytest.raises(ValueError, match=r"^errors: .*not a JSON array"):
+        sink.write("errors", file_schema("errors"), b"not JSON")
+    with pytest.raises(ValueError, match=r"^errors: .*column \"slice\": an integer expected"):
+        sink.write("errors", file_schema("errors"), b'[{"slice": "one"}]')
     sink.end_events()
     sink.close()
     with pytest.raises(ValueError, match="closed"):

@@ -54,7 +54,7 @@ def write_tables(inputs: Sequence[str], out: str, spec: str | None = None, ports
                 progress(cap)
             sl = Slice(cap.uri, cap.capture_id, cap.size)
             try:
-                files = write_slice(sl, config, filesystem, staging, 0).to_pylist()
+                files = write_slice(sl, config, filesystem, staging, 0)
             except TablesWriteError as exc:
                 raise JobError(str(exc)) from None
             written = _commit(filesystem, root, staging, files)

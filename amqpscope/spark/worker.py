@@ -37,7 +37,7 @@ from amqpscope.pipeline import Options, RunStats, open_decoder
 
 from . import DEFAULT_COMPRESSION
 from .inputs import open_output, open_stream
-from .rows import records_batch
+from .rows import records_json
 from .schema import PARTITION_COLUMNS, TABLE_OF_KIND, TABLES
 from .split import FlowKey, flow_selector, hash_slice, plan_slices
 
@@ -145,12 +145,12 @@ def run_partitions(config: JobConfig, batches: Iterator[pa.RecordBatch]) -> Iter
     for rb in batches:
         for pid in rb.column(0).to_pylist():
             for sl in config.partitions[pid]:
-                yield write_slice(sl, config, fs, root, attempt)
+                yield pa.RecordBatch.from_pylist(write_slice(sl, config, fs, root, attempt), schema=MANIFEST_SCHEMA)
 
 
-def write_slice(sl: Slice, config: JobConfig, fs: Any, root: str, attempt: int) -> pa.RecordBatch:
+def write_slice(sl: Slice, config: JobConfig, fs: Any, root: str, attempt: int) -> list[dict[str, Any]]:
     """Decode one slice into one Parquet file per table that has rows; the manifest of those
-    files. The core builds the tables as it decodes (GIL released) and encodes them, on a thread
+    files (rows of ``MANIFEST_SCHEMA``). The core builds the tables as it decodes (GIL released) and encodes them, on a thread
     of its own with ``config.writer_thread`` (``_native.ParquetSink``); the encoded bytes are
     written here as they come. A file that cannot be written raises ``TablesWriteError``."""
     constants = slice_constants(sl)
@@ -159,18 +159,11 @@ def write_slice(sl: Slice, config: JobConfig, fs: Any, root: str, attempt: int) 
         rows, error = decode_slice(sl, config, constants, files)
     finally:
         files.close()
-    names = [t for t in config.tables if t in files.rel]
-    cols = {
-        "table": names,
-        "capture": [sl.uri] * len(names),
-        "capture_date": [constants["capture_date"]] * len(names),
-        "capture_id": [sl.capture_id] * len(names),
-        "path": [files.rel[t] for t in names],
-        "rows": [rows.get(t, 0) for t in names],
-        "message": [error[0] if t == "errors" and error else None for t in names],
-        "exit_code": [error[1] if t == "errors" and error else None for t in names],
-    }
-    return pa.RecordBatch.from_pydict(cols, schema=MANIFEST_SCHEMA)
+    return [{"table": t, "capture": sl.uri, "capture_date": constants["capture_date"], "capture_id": sl.capture_id,
+             "path": files.rel[t], "rows": rows.get(t, 0),
+             "message": error[0] if t == "errors" and error else None,
+             "exit_code": error[1] if t == "errors" and error else None}
+            for t in config.tables if t in files.rel]  # fmt: skip
 
 
 class TablesWriteError(Exception):
@@ -227,14 +220,6 @@ def parquet_options(config: JobConfig) -> dict[str, Any]:
     return {"compression": config.compression, "dictionary": list(DICTIONARY_COLUMNS),
             "statistics": list(STATISTICS_COLUMNS), "row_group_rows": ROW_GROUP_ROWS,
             "thread": config.writer_thread}  # fmt: skip
-
-
-def ipc_bytes(batch: pa.RecordBatch) -> bytes:
-    """A batch made in Python as an Arrow IPC stream, for ``ParquetSink.write``."""
-    out = pa.BufferOutputStream()
-    with pa.ipc.new_stream(out, batch.schema) as w:
-        w.write_batch(batch)
-    return bytes(out.getvalue().to_pybytes())
 
 
 def _first_date(uri: str) -> str:
@@ -332,20 +317,20 @@ def decode_slice(sl: Slice, config: JobConfig, constants: dict[str, str], files:
     if diagnosed:
         written += len(diagnosed)
         rows = [diagnosis_row(d) for d in diagnosed]
-        sink.write("diagnoses", ipc_bytes(records_batch(file_schema("diagnoses"), rows, constants)))
+        sink.write("diagnoses", file_schema("diagnoses"), records_json(file_schema("diagnoses"), rows, constants))
     reported: tuple[str, int] | None = None
     if error is not None and "errors" in config.tables and _reports(error, sl):
         code = error.exit_code if isinstance(error, CaptureError) else EXIT_INTERNAL
         message = str(error) if isinstance(error, CaptureError) else f"{type(error).__name__}: {error}"
         row = {"slice": sl.index, "slices": sl.count, "error": type(error).__name__, "exit_code": code,
                "message": message, "packets_read": stats.packets}  # fmt: skip
-        sink.write("errors", ipc_bytes(records_batch(file_schema("errors"), [row], constants)))
+        sink.write("errors", file_schema("errors"), records_json(file_schema("errors"), [row], constants))
         reported = (message, code)
     if "captures" in config.tables:
         acc = stats.accounting_event().to_record()
         acc.update(slice=sl.index, slices=sl.count, size=sl.size, rows=written,
                    seconds=time.perf_counter() - started, ok=error is None)  # fmt: skip
-        sink.write("captures", ipc_bytes(records_batch(file_schema("captures"), [acc], constants)))
+        sink.write("captures", file_schema("captures"), records_json(file_schema("captures"), [acc], constants))
     files.write(sink.take())
     last, rows_of = sink.close()
     files.write(last)

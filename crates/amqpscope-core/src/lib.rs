@@ -16,6 +16,7 @@ pub mod event;
 pub mod fieldtable;
 pub mod frames;
 pub mod fxhash;
+pub mod json_rows;
 pub mod jsonl;
 pub mod ledger;
 pub mod limits;

@@ -65,7 +65,7 @@ impl ArrowBatch {
 }
 
 /// An Arrow schema from any object with `__arrow_c_schema__` (a `pyarrow.Schema`).
-fn import_schema(obj: &Bound<'_, PyAny>) -> PyResult<amqpscope_core::arrow::Schema> {
+pub fn import_schema(obj: &Bound<'_, PyAny>) -> PyResult<amqpscope_core::arrow::Schema> {
     let capsule = obj.call_method0("__arrow_c_schema__")?;
     let capsule = capsule.cast::<PyCapsule>()?;
     let ptr = capsule.pointer_checked(Some(ARROW_SCHEMA))?;

@@ -1,14 +1,12 @@
 //! `_native.ParquetSink`: the Parquet tables of a decode, built by the core and encoded on a
 //! thread of its own (`amqpscope_core::parquet_sink`); Python writes the bytes where the files go.
 
-use std::io::Cursor;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-use amqpscope_core::arrow::RecordBatch;
 use amqpscope_core::event::Event;
+use amqpscope_core::json_rows::batch_from_json;
 use amqpscope_core::parquet_file::FileOptions;
 use amqpscope_core::parquet_sink::Sink;
-use arrow_ipc::reader::StreamReader;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
@@ -95,21 +93,21 @@ impl ParquetSink {
         })
     }
 
-    /// One batch of `table` made in Python, as an Arrow IPC stream (`pyarrow.ipc`): the few
-    /// rows of the errors, captures and diagnoses tables.
-    fn write(&self, py: Python<'_>, table: &str, ipc: &[u8]) -> PyResult<()> {
-        // bytes from Python: a reader's panic on a malformed stream stays here
-        let read = std::panic::catch_unwind(|| -> Result<Vec<RecordBatch>, String> {
-            let reader =
-                StreamReader::try_new(Cursor::new(ipc), None).map_err(|e| e.to_string())?;
-            reader.collect::<Result<_, _>>().map_err(|e| e.to_string())
-        });
-        let batches = read
+    /// Rows of `table` made in Python (the few of the errors, captures and diagnoses tables):
+    /// `schema` (a `pyarrow.Schema`) and the rows as a JSON array of objects
+    /// (`amqpscope_core::json_rows`).
+    fn write(
+        &self,
+        py: Python<'_>,
+        table: &str,
+        schema: &Bound<'_, PyAny>,
+        rows: &[u8],
+    ) -> PyResult<()> {
+        let schema = Arc::new(crate::arrow::import_schema(schema)?);
+        let batch = std::panic::catch_unwind(|| batch_from_json(schema, rows))
             .map_err(panic_error)?
             .map_err(|e| PyValueError::new_err(format!("{table}: {e}")))?;
-        self.with(py, move |s| {
-            batches.into_iter().try_for_each(|b| s.batch(table, b))
-        })
+        self.with(py, move |s| s.batch(table, batch))
     }
 
     /// No more events (`Decoder.to_sink`): `{table: rows}` the builder made of them, once it

@@ -1,0 +1,256 @@
+//! Arrow record batches from JSON rows: the few rows of a decode that Python makes (one
+//! `captures` row per slice, an `errors` row, the `diagnoses`), in the table's schema.
+//!
+//! The rows are a JSON array of objects keyed by column name; a column a row does not have is
+//! null. Only the types those tables use are read: strings, int32/int64, doubles, bools,
+//! timestamps (integer microseconds), lists of int64, and map<string,string> given as an array
+//! of `[key, value]` pairs (so that the entries keep their order). Anything else, or a value of
+//! the wrong type, is an error naming the column.
+
+use std::sync::Arc;
+
+use arrow_array::builder::{
+    ArrayBuilder, BooleanBuilder, Float64Builder, Int32Builder, Int64Builder, ListBuilder,
+    StringBuilder, TimestampMicrosecondBuilder,
+};
+use arrow_array::{ArrayRef, MapArray, RecordBatch, StructArray};
+use arrow_buffer::{NullBufferBuilder, OffsetBuffer, ScalarBuffer};
+use arrow_schema::{ArrowError, DataType, FieldRef, SchemaRef, TimeUnit};
+use serde_json::{Map, Value};
+
+type Row = Map<String, Value>;
+
+fn bad(column: &str, want: &str, got: &Value) -> ArrowError {
+    ArrowError::ParseError(format!("column {column:?}: {want} expected, got {got}"))
+}
+
+/// `json`: an array of row objects, for `schema`.
+pub fn batch_from_json(schema: SchemaRef, json: &[u8]) -> Result<RecordBatch, ArrowError> {
+    let rows: Vec<Row> = serde_json::from_slice(json).map_err(|e| {
+        ArrowError::ParseError(format!("rows are not a JSON array of objects: {e}"))
+    })?;
+    let mut columns = Vec::with_capacity(schema.fields().len());
+    for field in schema.fields() {
+        let values: Vec<&Value> = rows
+            .iter()
+            .map(|r| r.get(field.name()).unwrap_or(&Value::Null))
+            .collect();
+        columns.push(column(field.name(), field.data_type(), &values)?);
+    }
+    RecordBatch::try_new(schema, columns)
+}
+
+fn column(name: &str, dt: &DataType, values: &[&Value]) -> Result<ArrayRef, ArrowError> {
+    let int = |v: &Value| v.as_i64().ok_or_else(|| bad(name, "an integer", v));
+    Ok(match dt {
+        DataType::Utf8 => {
+            let mut b = StringBuilder::new();
+            for v in values {
+                match v {
+                    Value::Null => b.append_null(),
+                    Value::String(s) => b.append_value(s),
+                    other => return Err(bad(name, "a string", other)),
+                }
+            }
+            Arc::new(b.finish())
+        }
+        DataType::Int64 => {
+            let mut b = Int64Builder::new();
+            for v in values {
+                b.append_option(if v.is_null() { None } else { Some(int(v)?) });
+            }
+            Arc::new(b.finish())
+        }
+        DataType::Int32 => {
+            let mut b = Int32Builder::new();
+            for v in values {
+                let n = if v.is_null() { None } else { Some(int(v)?) };
+                let n = n
+                    .map(i32::try_from)
+                    .transpose()
+                    .map_err(|_| bad(name, "an int32", v))?;
+                b.append_option(n);
+            }
+            Arc::new(b.finish())
+        }
+        DataType::Float64 => {
+            let mut b = Float64Builder::new();
+            for v in values {
+                match v {
+                    Value::Null => b.append_null(),
+                    other => {
+                        b.append_value(other.as_f64().ok_or_else(|| bad(name, "a number", other))?)
+                    }
+                }
+            }
+            Arc::new(b.finish())
+        }
+        DataType::Boolean => {
+            let mut b = BooleanBuilder::new();
+            for v in values {
+                match v {
+                    Value::Null => b.append_null(),
+                    Value::Bool(x) => b.append_value(*x),
+                    other => return Err(bad(name, "a bool", other)),
+                }
+            }
+            Arc::new(b.finish())
+        }
+        DataType::Timestamp(TimeUnit::Microsecond, _) => {
+            let mut b = TimestampMicrosecondBuilder::new();
+            for v in values {
+                b.append_option(if v.is_null() { None } else { Some(int(v)?) });
+            }
+            Arc::new(b.finish().with_data_type(dt.clone()))
+        }
+        DataType::List(item) if item.data_type() == &DataType::Int64 => {
+            let mut b = ListBuilder::new(Int64Builder::new()).with_field(item.clone());
+            for v in values {
+                match v {
+                    Value::Null => b.append_null(),
+                    Value::Array(items) => {
+                        for x in items {
+                            b.values().append_value(int(x)?);
+                        }
+                        b.append(true);
+                    }
+                    other => return Err(bad(name, "a list of integers", other)),
+                }
+            }
+            Arc::new(b.finish())
+        }
+        DataType::Map(entries, sorted) => map(name, entries, *sorted, values)?,
+        other => {
+            return Err(ArrowError::SchemaError(format!(
+                "column {name:?}: {other} is not read from JSON rows"
+            )))
+        }
+    })
+}
+
+/// A map<string,string> column from `[[key, value], …]` arrays.
+fn map(
+    name: &str,
+    entries: &FieldRef,
+    sorted: bool,
+    values: &[&Value],
+) -> Result<ArrayRef, ArrowError> {
+    let DataType::Struct(fields) = entries.data_type() else {
+        return Err(ArrowError::SchemaError(format!(
+            "column {name:?}: map entries are not a struct"
+        )));
+    };
+    if fields.len() != 2 || fields.iter().any(|f| f.data_type() != &DataType::Utf8) {
+        return Err(ArrowError::SchemaError(format!(
+            "column {name:?}: only map<string, string> is read"
+        )));
+    }
+    let (mut keys, mut vals) = (StringBuilder::new(), StringBuilder::new());
+    let mut offsets = vec![0i32];
+    let mut nulls = NullBufferBuilder::new(values.len());
+    for v in values {
+        match v {
+            Value::Null => nulls.append_null(),
+            Value::Array(pairs) => {
+                for pair in pairs {
+                    match pair.as_array().map(Vec::as_slice) {
+                        Some([Value::String(k), Value::String(x)]) => {
+                            keys.append_value(k);
+                            vals.append_value(x);
+                        }
+                        _ => return Err(bad(name, "[key, value] strings", pair)),
+                    }
+                }
+                nulls.append_non_null();
+            }
+            other => return Err(bad(name, "an array of [key, value] pairs", other)),
+        }
+        let end = i32::try_from(keys.len())
+            .map_err(|_| ArrowError::ComputeError(format!("column {name:?}: too many entries")))?;
+        offsets.push(end);
+    }
+    let columns: Vec<ArrayRef> = vec![Arc::new(keys.finish()), Arc::new(vals.finish())];
+    let entries_array = StructArray::try_new(fields.clone(), columns, None)?;
+    let offsets = OffsetBuffer::new(ScalarBuffer::from(offsets));
+    Ok(Arc::new(MapArray::try_new(
+        entries.clone(),
+        offsets,
+        entries_array,
+        nulls.finish(),
+        sorted,
+    )?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::Int64Type;
+    use arrow_array::Array;
+    use arrow_schema::{Field, Fields, Schema};
+
+    fn schema() -> SchemaRef {
+        let entries = Field::new(
+            "entries",
+            DataType::Struct(Fields::from(vec![
+                Field::new("key", DataType::Utf8, false),
+                Field::new("value", DataType::Utf8, true),
+            ])),
+            false,
+        );
+        Arc::new(Schema::new(vec![
+            Field::new("s", DataType::Utf8, true),
+            Field::new("n", DataType::Int32, true),
+            Field::new("x", DataType::Float64, true),
+            Field::new("ok", DataType::Boolean, true),
+            Field::new(
+                "t",
+                DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+                true,
+            ),
+            Field::new(
+                "l",
+                DataType::List(Arc::new(Field::new("item", DataType::Int64, true))),
+                true,
+            ),
+            Field::new("m", DataType::Map(Arc::new(entries), false), true),
+        ]))
+    }
+
+    #[test]
+    fn rows_by_column() -> Result<(), ArrowError> {
+        let json = br#"[{"s": "a", "n": 7, "x": 1.5, "ok": true, "t": 1700000000123456,
+                         "l": [3, 4], "m": [["b", "2"], ["a", "1"]]},
+                        {"n": null}]"#;
+        let b = batch_from_json(schema(), json)?;
+        assert_eq!(b.num_rows(), 2);
+        assert_eq!(b.column(0).as_string::<i32>().value(0), "a");
+        assert!(b.column(0).is_null(1) && b.column(6).is_null(1));
+        let lists = b.column(5).as_list::<i32>();
+        assert_eq!(lists.value(0).as_primitive::<Int64Type>().values(), &[3, 4]);
+        let m = b.column(6).as_map();
+        let keys: Vec<_> = m.keys().as_string::<i32>().iter().flatten().collect();
+        assert_eq!(keys, ["b", "a"]); // in the order given
+        assert_eq!(
+            b.schema().field(4).data_type(),
+            schema().field(4).data_type()
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn wrong_types_name_the_column() {
+        for (json, column) in [
+            (&br#"[{"s": 1}]"#[..], "\"s\""),
+            (br#"[{"n": 4294967296}]"#, "\"n\""),
+            (br#"[{"m": [["k"]]}]"#, "\"m\""),
+            (br#"{"s": "not an array"}"#, "JSON array"),
+        ] {
+            let err = batch_from_json(schema(), json)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(err.contains(column), "{err}");
+        }
+    }
+}
