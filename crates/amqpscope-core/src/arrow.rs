@@ -586,8 +586,8 @@ enum Source {
     Promoted(usize),
 }
 
-/// A map<string,string> column under construction.
-struct MapColumn {
+/// A map<string,string> column under construction (also the maps of `json_rows`).
+pub(crate) struct MapColumn {
     entries: FieldRef,
     sorted: bool,
     /// `args` or `properties` of a table with promoted columns: the entries a promoted column
@@ -600,7 +600,7 @@ struct MapColumn {
 }
 
 impl MapColumn {
-    fn new(entries: FieldRef, sorted: bool) -> MapColumn {
+    pub(crate) fn new(entries: FieldRef, sorted: bool) -> MapColumn {
         MapColumn {
             entries,
             sorted,
@@ -638,6 +638,28 @@ impl MapColumn {
                 self.nulls.append_non_null();
             }
         }
+        self.end_row()
+    }
+
+    /// A row of `(key, value)` texts as they are; None: a null map.
+    pub(crate) fn append_pairs<'a>(
+        &mut self,
+        pairs: Option<impl IntoIterator<Item = (&'a str, &'a str)>>,
+    ) -> Result<(), ArrowError> {
+        match pairs {
+            None => self.nulls.append_null(),
+            Some(pairs) => {
+                for (k, v) in pairs {
+                    self.keys.append_value(k);
+                    self.values.append_value(v);
+                }
+                self.nulls.append_non_null();
+            }
+        }
+        self.end_row()
+    }
+
+    fn end_row(&mut self) -> Result<(), ArrowError> {
         let end = i32::try_from(self.keys.len())
             .map_err(|_| ArrowError::ComputeError("too many map entries in one batch".into()))?;
         self.offsets.push(end);
@@ -650,7 +672,7 @@ impl MapColumn {
         self.offsets.extend(std::iter::repeat_n(end, n));
     }
 
-    fn finish(&mut self) -> Result<ArrayRef, ArrowError> {
+    pub(crate) fn finish(&mut self) -> Result<ArrayRef, ArrowError> {
         let DataType::Struct(fields) = self.entries.data_type() else {
             return Err(ArrowError::SchemaError(
                 "map entries are not a struct".into(),
@@ -988,7 +1010,7 @@ fn bad_type(name: &str, want: &str, got: &DataType) -> ArrowError {
 }
 
 /// map<string, string>: its entries field and `keys_sorted`.
-fn string_map(name: &str, dt: &DataType) -> Result<(FieldRef, bool), ArrowError> {
+pub(crate) fn string_map(name: &str, dt: &DataType) -> Result<(FieldRef, bool), ArrowError> {
     if let DataType::Map(entries, sorted) = dt {
         if let DataType::Struct(kv) = entries.data_type() {
             let strings = |f: &Arc<ArrowField>| f.data_type() == &DataType::Utf8;

@@ -10,13 +10,13 @@
 use std::sync::Arc;
 
 use arrow_array::builder::{
-    ArrayBuilder, BooleanBuilder, Float64Builder, Int32Builder, Int64Builder, ListBuilder,
-    StringBuilder, TimestampMicrosecondBuilder,
+    BooleanBuilder, Float64Builder, Int64Builder, ListBuilder, StringBuilder,
 };
-use arrow_array::{ArrayRef, MapArray, RecordBatch, StructArray};
-use arrow_buffer::{NullBufferBuilder, OffsetBuffer, ScalarBuffer};
-use arrow_schema::{ArrowError, DataType, FieldRef, SchemaRef, TimeUnit};
+use arrow_array::{ArrayRef, Int32Array, Int64Array, RecordBatch, TimestampMicrosecondArray};
+use arrow_schema::{ArrowError, DataType, SchemaRef, TimeUnit};
 use serde_json::{Map, Value};
+
+use crate::arrow::{string_map, MapColumn};
 
 type Row = Map<String, Value>;
 
@@ -40,8 +40,22 @@ pub fn batch_from_json(schema: SchemaRef, json: &[u8]) -> Result<RecordBatch, Ar
     RecordBatch::try_new(schema, columns)
 }
 
-fn column(name: &str, dt: &DataType, values: &[&Value]) -> Result<ArrayRef, ArrowError> {
+/// A column's integers (null stays None).
+fn ints(name: &str, values: &[&Value]) -> Result<Vec<Option<i64>>, ArrowError> {
     let int = |v: &Value| v.as_i64().ok_or_else(|| bad(name, "an integer", v));
+    values
+        .iter()
+        .map(|v| {
+            if v.is_null() {
+                Ok(None)
+            } else {
+                int(v).map(Some)
+            }
+        })
+        .collect()
+}
+
+fn column(name: &str, dt: &DataType, values: &[&Value]) -> Result<ArrayRef, ArrowError> {
     Ok(match dt {
         DataType::Utf8 => {
             let mut b = StringBuilder::new();
@@ -54,24 +68,15 @@ fn column(name: &str, dt: &DataType, values: &[&Value]) -> Result<ArrayRef, Arro
             }
             Arc::new(b.finish())
         }
-        DataType::Int64 => {
-            let mut b = Int64Builder::new();
-            for v in values {
-                b.append_option(if v.is_null() { None } else { Some(int(v)?) });
-            }
-            Arc::new(b.finish())
-        }
+        DataType::Int64 => Arc::new(Int64Array::from(ints(name, values)?)),
         DataType::Int32 => {
-            let mut b = Int32Builder::new();
-            for v in values {
-                let n = if v.is_null() { None } else { Some(int(v)?) };
-                let n = n
-                    .map(i32::try_from)
+            let narrow = |(n, v): (Option<i64>, &&Value)| {
+                n.map(i32::try_from)
                     .transpose()
-                    .map_err(|_| bad(name, "an int32", v))?;
-                b.append_option(n);
-            }
-            Arc::new(b.finish())
+                    .map_err(|_| bad(name, "an int32", v))
+            };
+            let ns = ints(name, values)?.into_iter().zip(values).map(narrow);
+            Arc::new(Int32Array::from(ns.collect::<Result<Vec<_>, _>>()?))
         }
         DataType::Float64 => {
             let mut b = Float64Builder::new();
@@ -97,11 +102,8 @@ fn column(name: &str, dt: &DataType, values: &[&Value]) -> Result<ArrayRef, Arro
             Arc::new(b.finish())
         }
         DataType::Timestamp(TimeUnit::Microsecond, _) => {
-            let mut b = TimestampMicrosecondBuilder::new();
-            for v in values {
-                b.append_option(if v.is_null() { None } else { Some(int(v)?) });
-            }
-            Arc::new(b.finish().with_data_type(dt.clone()))
+            let micros = TimestampMicrosecondArray::from(ints(name, values)?);
+            Arc::new(micros.with_data_type(dt.clone()))
         }
         DataType::List(item) if item.data_type() == &DataType::Int64 => {
             let mut b = ListBuilder::new(Int64Builder::new()).with_field(item.clone());
@@ -109,8 +111,9 @@ fn column(name: &str, dt: &DataType, values: &[&Value]) -> Result<ArrayRef, Arro
                 match v {
                     Value::Null => b.append_null(),
                     Value::Array(items) => {
-                        for x in items {
-                            b.values().append_value(int(x)?);
+                        let items: Vec<&Value> = items.iter().collect();
+                        for x in ints(name, &items)? {
+                            b.values().append_option(x);
                         }
                         b.append(true);
                     }
@@ -119,7 +122,7 @@ fn column(name: &str, dt: &DataType, values: &[&Value]) -> Result<ArrayRef, Arro
             }
             Arc::new(b.finish())
         }
-        DataType::Map(entries, sorted) => map(name, entries, *sorted, values)?,
+        DataType::Map(..) => map(name, dt, values)?,
         other => {
             return Err(ArrowError::SchemaError(format!(
                 "column {name:?}: {other} is not read from JSON rows"
@@ -129,56 +132,26 @@ fn column(name: &str, dt: &DataType, values: &[&Value]) -> Result<ArrayRef, Arro
 }
 
 /// A map<string,string> column from `[[key, value], …]` arrays.
-fn map(
-    name: &str,
-    entries: &FieldRef,
-    sorted: bool,
-    values: &[&Value],
-) -> Result<ArrayRef, ArrowError> {
-    let DataType::Struct(fields) = entries.data_type() else {
-        return Err(ArrowError::SchemaError(format!(
-            "column {name:?}: map entries are not a struct"
-        )));
-    };
-    if fields.len() != 2 || fields.iter().any(|f| f.data_type() != &DataType::Utf8) {
-        return Err(ArrowError::SchemaError(format!(
-            "column {name:?}: only map<string, string> is read"
-        )));
-    }
-    let (mut keys, mut vals) = (StringBuilder::new(), StringBuilder::new());
-    let mut offsets = vec![0i32];
-    let mut nulls = NullBufferBuilder::new(values.len());
+fn map(name: &str, dt: &DataType, values: &[&Value]) -> Result<ArrayRef, ArrowError> {
+    let (entries, sorted) = string_map(name, dt)?;
+    let mut m = MapColumn::new(entries, sorted);
     for v in values {
-        match v {
-            Value::Null => nulls.append_null(),
-            Value::Array(pairs) => {
-                for pair in pairs {
-                    match pair.as_array().map(Vec::as_slice) {
-                        Some([Value::String(k), Value::String(x)]) => {
-                            keys.append_value(k);
-                            vals.append_value(x);
-                        }
-                        _ => return Err(bad(name, "[key, value] strings", pair)),
-                    }
-                }
-                nulls.append_non_null();
-            }
+        let pairs = match v {
+            Value::Null => None,
+            Value::Array(pairs) => Some(
+                pairs
+                    .iter()
+                    .map(|pair| match pair.as_array().map(Vec::as_slice) {
+                        Some([Value::String(k), Value::String(x)]) => Ok((k.as_str(), x.as_str())),
+                        _ => Err(bad(name, "[key, value] strings", pair)),
+                    })
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
             other => return Err(bad(name, "an array of [key, value] pairs", other)),
-        }
-        let end = i32::try_from(keys.len())
-            .map_err(|_| ArrowError::ComputeError(format!("column {name:?}: too many entries")))?;
-        offsets.push(end);
+        };
+        m.append_pairs(pairs)?;
     }
-    let columns: Vec<ArrayRef> = vec![Arc::new(keys.finish()), Arc::new(vals.finish())];
-    let entries_array = StructArray::try_new(fields.clone(), columns, None)?;
-    let offsets = OffsetBuffer::new(ScalarBuffer::from(offsets));
-    Ok(Arc::new(MapArray::try_new(
-        entries.clone(),
-        offsets,
-        entries_array,
-        nulls.finish(),
-        sorted,
-    )?))
+    m.finish()
 }
 
 #[cfg(test)]

@@ -35,8 +35,6 @@ struct Shared {
     bytes: BTreeMap<String, Vec<u8>>,
     /// Rows written, by table (tables without rows have no file).
     rows: BTreeMap<String, u64>,
-    /// Rows the builder made, by table.
-    built: BTreeMap<String, u64>,
     error: Option<String>,
 }
 
@@ -79,6 +77,8 @@ enum Encoder {
 pub struct Sink {
     /// None after `end_events`.
     tables: Option<Tables>,
+    /// Rows built of the events, by table.
+    built: BTreeMap<String, u64>,
     /// None once closed.
     encoder: Option<Encoder>,
     shared: Arc<Mutex<Shared>>,
@@ -115,6 +115,7 @@ impl Sink {
         };
         Ok(Sink {
             tables: Some(tables),
+            built: BTreeMap::new(),
             encoder: Some(encoder),
             shared,
         })
@@ -138,11 +139,8 @@ impl Sink {
             .append(&events, first_seq)
             .and_then(|()| tables.finish())
             .map_err(|e| e.to_string())?;
-        {
-            let mut s = lock(&self.shared);
-            for (table, b) in &batches {
-                *s.built.entry(table.clone()).or_default() += b.num_rows() as u64;
-            }
+        for (table, b) in &batches {
+            *self.built.entry(table.clone()).or_default() += b.num_rows() as u64;
         }
         for (table, b) in batches {
             self.batch(&table, b)?;
@@ -174,11 +172,8 @@ impl Sink {
     /// until `close`.
     pub fn end_events(&mut self) -> Result<BTreeMap<String, u64>, String> {
         self.tables = None;
-        let shared = lock(&self.shared);
-        match &shared.error {
-            Some(e) => Err(e.clone()),
-            None => Ok(shared.built.clone()),
-        }
+        self.error()?;
+        Ok(self.built.clone())
     }
 
     /// The bytes encoded since the last call, by table.

@@ -11,7 +11,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
-use crate::decoder::panic_error;
+use crate::decoder::{detached, panic_error};
 
 #[pyclass(frozen, module = "amqpscope._native")]
 pub struct ParquetSink {
@@ -31,15 +31,7 @@ impl ParquetSink {
         py: Python<'_>,
         f: impl FnOnce(&mut Sink) -> Result<T, String> + Send,
     ) -> PyResult<T> {
-        let got = py
-            .detach(|| {
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    let mut guard = self.sink.lock().unwrap_or_else(|p| p.into_inner());
-                    guard.as_mut().map(f)
-                }))
-            })
-            .map_err(panic_error)?;
-        match got {
+        match detached(py, &self.sink, |sink| sink.as_mut().map(f))? {
             None => Err(closed()),
             Some(r) => r.map_err(PyValueError::new_err),
         }
@@ -130,20 +122,13 @@ impl ParquetSink {
     /// Wait for everything given to be encoded and end the files: `({table: bytes}, {table:
     /// rows})`, the last part of each file and the rows of every table that has one.
     fn close<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyDict>, Bound<'py, PyDict>)> {
-        let sink = self
-            .sink
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-            .ok_or_else(closed)?;
-        let closed = py
-            .detach(move || std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sink.close())))
-            .map_err(panic_error)?
+        let done = detached(py, &self.sink, |sink| sink.take().map(Sink::close))?
+            .ok_or_else(closed)?
             .map_err(PyValueError::new_err)?;
         let rows = PyDict::new(py);
-        for (table, n) in closed.rows {
+        for (table, n) in done.rows {
             rows.set_item(table, n)?;
         }
-        Ok((bytes_dict(py, closed.bytes)?, rows))
+        Ok((bytes_dict(py, done.bytes)?, rows))
     }
 }
