@@ -87,7 +87,7 @@ def _size(path: str) -> int:
 @input_options
 @click.option("-T", "--format", "fmt", type=click.Choice(FORMATS), default="auto", show_default=True,
               help="Output format; auto is rich on a terminal, jsonl otherwise; parquet writes the "
-                   "tables of 'amqpscope batch' under -o DIR (pyarrow, no Spark).")
+                   "tables of 'amqpscope batch' under -o DIR (no Spark).")
 @click.option("-o", "--out", default=None, metavar="DIR", type=click.Path(file_okay=False),
               help="Output directory of --format parquet.")
 @click.option("-V", "--verbose", is_flag=True, help="Full tree of arguments and properties (rich view).")
@@ -103,21 +103,26 @@ def _size(path: str) -> int:
               help="Also the core's ledger events: settled deliveries, bad acks, confirms, request/response pairs, "
                    "heartbeat misses (see docs/analytics.md).")  # fmt: skip
 @compression_option
+@click.option("--threads", type=click.IntRange(min=1), default=None, metavar="N",
+              help="With --format parquet, decode N capture slices at once (default: one per CPU; a capture "
+                   "over 64 MB is split by TCP flow as 'amqpscope batch' splits it).")  # fmt: skip
 @click.option("--diagnose", is_flag=True,
               help="With --format parquet, also the diagnoses table (one row per cause, as 'amqpscope diagnose' "
                    "reports it; needs validation). Python then reads every event: many times slower.")  # fmt: skip
 def decode(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], show_credentials: bool, fmt: str,
            out: str | None, verbose: bool, count: int | None, display_filter: str | None, body: str | None,
            stats: bool, no_progress: bool, no_validate: bool, ledger: bool, diagnose: bool,
-           compression: str) -> None:  # fmt: skip
+           compression: str, threads: int | None) -> None:  # fmt: skip
     """Decode AMQP in capture FILES (pcap, pcapng, compressed; - for stdin)."""
     if fmt == "parquet" or out is not None:
         given = {"-Y/--filter": display_filter is not None, "--body": body is not None, "-c/--count": count is not None,
                  "--stats": stats, "-V/--verbose": verbose, "--show-credentials": show_credentials}  # fmt: skip
-        run_guarded(lambda: _parquet(files, out, fmt, spec, ports, not no_validate, diagnose, compression,
+        run_guarded(lambda: _parquet(files, out, fmt, spec, ports, not no_validate, diagnose, compression, threads,
                                      [name for name, on in given.items() if on]))  # fmt: skip
     if diagnose:
         fail("--diagnose is for --format parquet (diagnose's own command: amqpscope diagnose)")
+    if threads is not None:
+        fail("--threads is for --format parquet (the other formats keep the capture's event order)")
 
     def run() -> int:
         predicate = compile_filter(display_filter)
@@ -152,7 +157,7 @@ def decode(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], sho
 
 
 def _parquet(files: tuple[str, ...], out: str | None, fmt: str, spec: str | None, ports: tuple[int, ...],
-             validate: bool, diagnose: bool, compression: str, refused: list[str]) -> int:  # fmt: skip
+             validate: bool, diagnose: bool, compression: str, threads: int | None, refused: list[str]) -> int:  # fmt: skip
     """``--format parquet -o DIR``: the tables of ``amqpscope batch``, written in this process."""
     if fmt != "parquet":
         fail("-o/--out is for --format parquet (the other formats write to standard output)")
@@ -177,7 +182,8 @@ def _parquet(files: tuple[str, ...], out: str | None, fmt: str, spec: str | None
     load_codec(spec)  # a bad spec is one line before anything is written
     try:
         result = write_tables(files, out, spec=spec, ports=frozenset({5672, *ports}), validate=validate,
-                              tls_keylog=tls_keylog_text(), diagnose=diagnose, compression=compression)  # fmt: skip
+                              tls_keylog=tls_keylog_text(), diagnose=diagnose, compression=compression,
+                              threads=threads)  # fmt: skip
     except (InputError, JobError) as exc:
         fail(str(exc))
     for line in summary(result):

@@ -310,6 +310,7 @@ def _cli(*args: str) -> Any:
     (["--format", "parquet"], "--format parquet needs -o DIR"),
     (["--format", "parquet", "-o", "DIR", "-Y", "basic.publish"], "-Y/--filter: not with --format parquet"),
     (["--format", "parquet", "-o", "DIR", "--show-credentials"], "--show-credentials: not with --format parquet"),
+    (["--threads", "2"], "--threads is for --format parquet"),
 ])  # fmt: skip
 def test_decode_parquet_usage_errors(tmp_path: Path, args: list[str], message: str) -> None:
     sample = Path(__file__).resolve().parents[1] / "samples" / "confirms.pcap"
@@ -392,6 +393,59 @@ def test_decode_parquet_equals_single_process_decode(tmp_path: Path, archive: Pa
     for name in COMPARED:
         assert_same(name, Counter(actual_rows(schema.TABLES[name], tables[name])), want[name])
     assert {r["capture"] for r in tables["errors"]} == set(errors)
+
+
+def test_decode_parquet_on_threads_splits_captures_and_keeps_the_rows(tmp_path: Path, captures_dir: Path) -> None:
+    """``decode --format parquet`` runs slices on a pool of threads: a capture split by flow
+    gives one file per slice in its partition, and the same rows as one thread decoding it
+    whole (only ``seq``, numbered per slice, differs; validation off: the few cross-connection
+    checks see one slice's connections)."""
+    from amqpscope.spark.local import write_tables
+
+    inputs = [str(captures_dir / n) for n in ("s07_pika_many_channels.pcap", "s11_amqptools_basic.pcap")]
+    one = write_tables(inputs, str(tmp_path / "one"), validate=False, threads=1)
+    many = write_tables(inputs, str(tmp_path / "many"), validate=False, threads=3, split_bytes=1)
+    assert (one.slices, one.partitions) == (2, 1) and many.slices > 3 and many.partitions == 3
+    a, b = read_all(tmp_path / "one"), read_all(tmp_path / "many")
+    strip = lambda rows: Counter(dumps({k: v for k, v in r.items() if k != "seq"}) for r in rows)  # noqa: E731
+    for name in ("events", "messages", "ledger", "connections"):
+        assert a[name] and strip(a[name]) == strip(b[name]), name
+    # every slice reads every packet of its capture, and decodes its own flows
+    packets = {r["capture"]: r["packets"] for r in a["captures"]}
+    assert len(b["captures"]) == many.slices and all(r["packets"] == packets[r["capture"]] for r in b["captures"])
+    parts = list((tmp_path / "many" / "events").glob("capture_date=*/capture_id=*/part-*.parquet"))
+    assert len(parts) == many.slices and not list((tmp_path / "many").glob("_staging*"))
+
+
+def test_a_stopped_slice_ends_early_and_a_failed_one_fails_the_run(tmp_path: Path) -> None:
+    """The pool's first failure (a full disk, Ctrl-C) sets ``stop``: the other slices end at their
+    next trip into the core instead of decoding their whole capture, and nothing is committed."""
+    import errno
+    import threading
+
+    from pyarrow import fs as pafs
+
+    from amqpscope.spark.job import JobError
+    from amqpscope.spark.local import _decode_slices
+    from amqpscope.spark.worker import JobConfig, SliceCancelled, write_slice
+
+    sample = Path(__file__).resolve().parents[1] / "samples" / "confirms.pcap"
+    stop = threading.Event()
+    stop.set()
+    config = JobConfig(partitions=(), validate=False, writer_thread=False, batch_rows=64)
+    with pytest.raises(SliceCancelled):
+        write_slice(Slice(str(sample), "0123456789abcdef", None), config, pafs.LocalFileSystem(), str(tmp_path), 0, stop)
+
+    class FullDiskForSliceOne(pafs.LocalFileSystem):  # type: ignore[misc]
+        def open_output_stream(self, path: str, *args: Any, **kwargs: Any) -> Any:
+            if "/part-00001-" in path:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return super().open_output_stream(path, *args, **kwargs)
+
+    slices = [Slice(str(sample), "0123456789abcdef", None, i, 2) for i in range(2)]
+    with pytest.raises(JobError, match=r"cannot write the \w+ table under .*: No space left on device"):
+        _decode_slices(slices, config, 2, FullDiskForSliceOne(), str(tmp_path / "o"), str(tmp_path / "staging"))
+    assert not (tmp_path / "o").exists()
 
 
 def test_decode_parquet_rerun_replaces_partitions(tmp_path: Path) -> None:

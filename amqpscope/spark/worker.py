@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -106,7 +107,8 @@ MANIFEST_SCHEMA = pa.schema([
 _codecs: dict[str | None, Codec] = {}  # Python workers are reused across tasks: compile a spec once
 
 
-def _codec(spec: str | None) -> Codec:
+def codec_for(spec: str | None) -> Codec:
+    """The codec of ``spec``, compiled once per process."""
     codec = _codecs.get(spec)
     if codec is None:
         codec = _codecs[spec] = get_codec(_spec_file(spec))
@@ -148,15 +150,18 @@ def run_partitions(config: JobConfig, batches: Iterator[pa.RecordBatch]) -> Iter
                 yield pa.RecordBatch.from_pylist(write_slice(sl, config, fs, root, attempt), schema=MANIFEST_SCHEMA)
 
 
-def write_slice(sl: Slice, config: JobConfig, fs: Any, root: str, attempt: int) -> list[dict[str, Any]]:
+def write_slice(sl: Slice, config: JobConfig, fs: Any, root: str, attempt: int,
+                stop: threading.Event | None = None) -> list[dict[str, Any]]:  # fmt: skip
     """Decode one slice into one Parquet file per table that has rows; the manifest of those
-    files (rows of ``MANIFEST_SCHEMA``). The core builds the tables as it decodes (GIL released) and encodes them, on a thread
-    of its own with ``config.writer_thread`` (``_native.ParquetSink``); the encoded bytes are
-    written here as they come. A file that cannot be written raises ``TablesWriteError``."""
+    files (rows of ``MANIFEST_SCHEMA``). The core builds the tables as it decodes (GIL released)
+    and encodes them, on a thread of its own with ``config.writer_thread``
+    (``_native.ParquetSink``); the encoded bytes are written here as they come. A file that
+    cannot be written raises ``TablesWriteError``; ``stop`` set ends the decode early with
+    ``SliceCancelled`` (the one-process pool when another slice failed or on Ctrl-C)."""
     constants = slice_constants(sl)
     files = SliceFiles(fs, root, sl, attempt, constants)
     try:
-        rows, error = decode_slice(sl, config, constants, files)
+        rows, error = decode_slice(sl, config, constants, files, stop)
     finally:
         files.close()
     return [{"table": t, "capture": sl.uri, "capture_date": constants["capture_date"], "capture_id": sl.capture_id,
@@ -168,6 +173,10 @@ def write_slice(sl: Slice, config: JobConfig, fs: Any, root: str, attempt: int) 
 
 class TablesWriteError(Exception):
     """A table's file could not be written (the output, not the capture): the slice fails."""
+
+
+class SliceCancelled(Exception):
+    """The slice's ``stop`` was set: its files are incomplete and must not be committed."""
 
 
 class SliceFiles:
@@ -261,8 +270,8 @@ def slice_constants(sl: Slice) -> dict[str, str]:
     return {"capture": sl.uri, "capture_id": sl.capture_id, "capture_date": UNKNOWN_DATE}
 
 
-def decode_slice(sl: Slice, config: JobConfig, constants: dict[str, str], files: SliceFiles
-                 ) -> tuple[dict[str, int], tuple[str, int] | None]:  # fmt: skip
+def decode_slice(sl: Slice, config: JobConfig, constants: dict[str, str], files: SliceFiles,
+                 stop: threading.Event | None = None) -> tuple[dict[str, int], tuple[str, int] | None]:  # fmt: skip
     """Decode one capture slice into ``files``: the rows of each table, and the slice's error
     (message, exit code) when a read error ended it (its ``errors`` row comes after the rows
     decoded before it).
@@ -289,22 +298,26 @@ def decode_slice(sl: Slice, config: JobConfig, constants: dict[str, str], files:
         constants["capture_date"] = _first_date(sl.uri)
         stream = open_stream(sl.uri)
         mine = _mine(sl, config)
-        dec = open_decoder(stream, _codec(config.spec), options, select=flow_selector(mine))
+        dec = open_decoder(stream, codec_for(config.spec), options, select=flow_selector(mine))
         try:
             if diagnoser is None:
                 while dec.to_sink(sink, config.batch_rows) is not None:
                     files.write(sink.take())
+                    if stop is not None and stop.is_set():
+                        raise SliceCancelled(sl.uri)
             else:
                 reads = set(Diagnoser.READS)
                 while (got := dec.to_sink(sink, config.batch_rows, reads)) is not None:
                     for ev in got[1]:
                         diagnosed += diagnoser.feed(ev)
                     files.write(sink.take())
+                    if stop is not None and stop.is_set():
+                        raise SliceCancelled(sl.uri)
                 diagnosed += diagnoser.finish()
         finally:
             stats.update(dec.stats())
-    except TablesWriteError:
-        raise  # the output's failure, not the capture's
+    except (TablesWriteError, SliceCancelled):
+        raise  # the output's failure or the run's end, not the capture's
     except OSError as exc:  # opening failed (local open or a remote filesystem)
         error = CaptureUnreadable(f"cannot read capture {sl.uri!r}: {exc.strerror or exc}")
     except Exception as exc:  # CaptureError, or a decoder bug: this capture stops, the job goes on
