@@ -6,8 +6,10 @@ by bench/record_large.py), otherwise every shared capture. For each validation s
 (``--validate off,on``) this measures, one after the other:
 
 * one process: ``amqpscope decode --format parquet -o DIR`` (the job's tables, written by the same
-  worker code in one process, no Spark), and the same on one core (``taskset -c 0``: the core's
-  Parquet writer thread shares it), the baseline a second core is measured against;
+  worker code in one process, no Spark), which decodes slices on a thread per core; the same with
+  ``--threads 1`` (one slice at a time, encoded on a writer thread beside it); and the same on one
+  core (``taskset -c 0``: one thread, decoding and encoding), the baseline a second core is
+  measured against;
 * ``amqpscope decode --format jsonl`` with the same validation setting, JSON lines to /dev/null;
 * the batch job on ``local[1]`` and ``local[2]``, each in a fresh process (its own JVM). Spark's
   start-up (session, plus starting the Python workers with amqpscope imported and the spec
@@ -71,10 +73,11 @@ def cli_run(args: list[str], stdout: Any = subprocess.DEVNULL, pin: bool = False
     return {"seconds": time.perf_counter() - t, "cpu": d.ru_utime + d.ru_stime - c.ru_utime - c.ru_stime}
 
 
-def cli_parquet(files: list[Path], out: Path, validate: bool, pin: bool = False) -> dict[str, Any]:
+def cli_parquet(files: list[Path], out: Path, validate: bool, pin: bool = False, threads: int | None = None
+                ) -> dict[str, Any]:  # fmt: skip
     if out.exists():
         shutil.rmtree(out)
-    flags = [] if validate else ["--no-validate"]
+    flags = ([] if validate else ["--no-validate"]) + ([] if threads is None else ["--threads", str(threads)])
     return cli_run(["decode", "--format", "parquet", "-o", str(out), *flags, *map(str, files)], pin=pin)
 
 
@@ -179,9 +182,11 @@ def measure(a: argparse.Namespace, files: list[Path], tmpd: Path, mb: float, val
     print(f"\n== validation {setting} (load average {load()})")
     rows: list[tuple[str, float, float, str]] = []
     one = best(a.repeat, lambda: cli_parquet(files, tmpd / "parquet", validate))
-    rows.append(("one process: decode --format parquet", one["seconds"], one["cpu"], ""))
+    rows.append(("one process: decode --format parquet", one["seconds"], one["cpu"], "a thread per core"))
+    single = best(a.repeat, lambda: cli_parquet(files, tmpd / "parquet", validate, threads=1))
+    rows.append(("one process, --threads 1", single["seconds"], single["cpu"], "and its writer thread"))
     pinned = best(a.repeat, lambda: cli_parquet(files, tmpd / "parquet", validate, pin=True))
-    rows.append(("one process on one core", pinned["seconds"], pinned["cpu"], "taskset -c 0: writer thread too"))
+    rows.append(("one process on one core", pinned["seconds"], pinned["cpu"], "taskset -c 0: one thread"))
     jsonl = best(a.repeat, lambda: cli_jsonl(files, validate))
     rows.append(("decode --format jsonl", jsonl["seconds"], jsonl["cpu"], "to /dev/null"))
     spark_runs = []
@@ -197,8 +202,9 @@ def measure(a: argparse.Namespace, files: list[Path], tmpd: Path, mb: float, val
         print(f"{name:<40}{secs:>9.1f}{mb / secs:>8.1f}{base / secs:>7.2f}{cpu:>8.1f}{cpu / mb:>10.4f}"
               f"{cpu / secs:>7.2f}  {note}")  # fmt: skip
     print("(batch jobs: Spark's start-up excluded; 'x one' is throughput over the one-process parquet decode;")
-    print(" 'cores': CPU s / seconds, the cores a variant kept busy: the one process encodes Parquet on a second")
-    print(" thread, so it uses more than one core; a Spark task encodes on the thread that decodes)")
+    print(" 'cores': CPU s / seconds, the cores a variant kept busy: with --threads 1 the one process encodes")
+    print(" Parquet on a second thread; a Spark task, and each of the one process's threads, encodes on the")
+    print(" thread that decodes)")
     for run in spark_runs:
         start = run["session_s"] + run["warmup_s"]
         print(f"spark start-up {run['master']}: {start:.1f} s (session {run['session_s']:.1f} s, python workers "
@@ -211,7 +217,8 @@ def measure(a: argparse.Namespace, files: list[Path], tmpd: Path, mb: float, val
               f"(target >= 1.6x), {pinned['seconds'] / job:.2f}x one process on one core"
               + (f", {by['local[1]']['job_s'] / job:.2f}x local[1]" if "local[1]" in by else ""))
     print(f"decode --format parquet / --format jsonl (validation {setting}): {one['seconds'] / jsonl['seconds']:.2f}x "
-          f"the time (target <= 1.3x), {one['cpu'] / jsonl['cpu']:.2f}x the CPU")  # fmt: skip
+          f"the time (target <= 1.3x), {one['cpu'] / jsonl['cpu']:.2f}x the CPU; with --threads 1 "
+          f"{single['seconds'] / jsonl['seconds']:.2f}x the time")  # fmt: skip
 
 
 def main() -> None:
