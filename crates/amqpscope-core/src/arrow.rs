@@ -1701,7 +1701,7 @@ mod tests {
         let events = [
             Event::Frame(Box::new(frame)),
             Event::Message(Box::new(message)),
-            Event::Gap(gap),
+            Event::Gap(Box::new(gap)),
         ];
         let mut b = TableBuilder::new(
             schema(&[("seq", DataType::Int64)]),
@@ -1775,7 +1775,7 @@ mod tests {
             lost_frame: None,
         };
         let mut b = TableBuilder::new(schema(&[]), &["gap"], &CONSTANTS)?;
-        assert!(b.append(&[Event::Gap(gap)], 0).is_err());
+        assert!(b.append(&[Event::Gap(Box::new(gap))], 0).is_err());
         Ok(())
     }
 }

@@ -413,14 +413,14 @@ pub fn seconds(ns: Option<i64>) -> Option<f64> {
 /// One event.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
-    ProtocolHeader(ProtocolHeader),
+    ProtocolHeader(Box<ProtocolHeader>),
     Frame(Box<Frame>),
     Message(Box<Message>),
-    Gap(Gap),
-    Resync(Resync),
-    Malformed(Malformed),
+    Gap(Box<Gap>),
+    Resync(Box<Resync>),
+    Malformed(Box<Malformed>),
     Connection(Box<Connection>),
-    Accounting(Accounting),
+    Accounting(Box<Accounting>),
     Tls(Box<Tls>),
     Finding(Box<Finding>),
     Ledger(Box<Ledger>),

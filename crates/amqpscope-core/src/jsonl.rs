@@ -1216,7 +1216,7 @@ mod tests {
 
     #[test]
     fn one_line_per_event() {
-        let ev = Event::Gap(Gap {
+        let ev = Event::Gap(Box::new(Gap {
             base: Base {
                 packet: 7,
                 ts_ns: 1_500_000_000,
@@ -1226,7 +1226,7 @@ mod tests {
             },
             size: 12,
             lost_frame: None,
-        });
+        }));
         let mut out = Vec::new();
         write_event(&ev, BodyMode::Full, &mut out);
         let want = "{\"kind\":\"gap\",\"packet\":7,\"ts\":1.5,\"conn\":0,\"dir\":\"s2c\",\"channel\":null,\"size\":12,\"lost_frame\":null}\n";

@@ -298,7 +298,7 @@ mod tests {
     use arrow_schema::{DataType, Field, Schema};
 
     fn gap(packet: u64) -> Event {
-        Event::Gap(Gap {
+        Event::Gap(Box::new(Gap {
             base: Base {
                 packet,
                 ts_ns: 1_700_000_000_000_000_000,
@@ -308,7 +308,7 @@ mod tests {
             },
             size: 10,
             lost_frame: None,
-        })
+        }))
     }
 
     fn sink(kinds: &[&str], thread: bool) -> Result<Sink, String> {

@@ -808,11 +808,11 @@ impl Conn {
                     if self.version.is_none() {
                         self.version = Some(version.clone());
                     }
-                    sink.push(Event::ProtocolHeader(ProtocolHeader {
+                    sink.push(Event::ProtocolHeader(Box::new(ProtocolHeader {
                         base: base(id, packet, ts_ns, d, None),
                         version,
                         raw,
-                    }));
+                    })));
                 }
                 StreamItem::Gap {
                     size,
@@ -820,11 +820,11 @@ impl Conn {
                     packet,
                     ts_ns,
                 } => {
-                    sink.push(Event::Gap(Gap {
+                    sink.push(Event::Gap(Box::new(Gap {
                         base: base(id, packet, ts_ns, d, None),
                         size,
                         lost_frame,
-                    }));
+                    })));
                 }
                 StreamItem::Resync {
                     skipped,
@@ -832,11 +832,11 @@ impl Conn {
                     packet,
                     ts_ns,
                 } => {
-                    sink.push(Event::Resync(Resync {
+                    sink.push(Event::Resync(Box::new(Resync {
                         base: base(id, packet, ts_ns, d, None),
                         skipped,
                         reason,
-                    }));
+                    })));
                 }
                 StreamItem::Malformed {
                     reason,
@@ -844,11 +844,11 @@ impl Conn {
                     packet,
                     ts_ns,
                 } => {
-                    sink.push(Event::Malformed(Malformed {
+                    sink.push(Event::Malformed(Box::new(Malformed {
                         base: base(id, packet, ts_ns, d, None),
                         reason,
                         offset,
-                    }));
+                    })));
                 }
             }
         }

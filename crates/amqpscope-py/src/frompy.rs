@@ -28,30 +28,30 @@ fn event_in(ev: &Bound<'_, PyAny>, exact: bool) -> PyResult<Event> {
     let kind: String = ev.getattr("kind")?.extract()?;
     let base = base(ev, exact)?;
     Ok(match kind.as_str() {
-        "protocol-header" => Event::ProtocolHeader(ProtocolHeader {
+        "protocol-header" => Event::ProtocolHeader(Box::new(ProtocolHeader {
             base,
             version: attr(ev, "version")?,
             raw: raw8(&attr::<String>(ev, "raw")?)?,
-        }),
+        })),
         "frame" => Event::Frame(Box::new(frame(ev, base, exact)?)),
         "message" => Event::Message(Box::new(message(ev, base)?)),
-        "gap" => Event::Gap(Gap {
+        "gap" => Event::Gap(Box::new(Gap {
             base,
             size: attr(ev, "size")?,
             lost_frame: attr(ev, "lost_frame")?,
-        }),
-        "resync" => Event::Resync(Resync {
+        })),
+        "resync" => Event::Resync(Box::new(Resync {
             base,
             skipped: attr(ev, "skipped")?,
             reason: attr(ev, "reason")?,
-        }),
-        "malformed" => Event::Malformed(Malformed {
+        })),
+        "malformed" => Event::Malformed(Box::new(Malformed {
             base,
             reason: attr(ev, "reason")?,
             offset: attr(ev, "offset")?,
-        }),
+        })),
         "connection" => Event::Connection(Box::new(connection(ev, base)?)),
-        "accounting" => Event::Accounting(accounting(ev, base)?),
+        "accounting" => Event::Accounting(Box::new(accounting(ev, base)?)),
         "tls" => Event::Tls(Box::new(tls(ev, base)?)),
         "finding" => Event::Finding(Box::new(finding(ev, base)?)),
         "ledger" => Event::Ledger(Box::new(ledger(ev, base)?)),

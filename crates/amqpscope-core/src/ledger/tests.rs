@@ -367,7 +367,7 @@ fn acks_the_capture_cannot_judge_are_not_called_unknown() {
         size: 100,
         lost_frame: None,
     };
-    s.feed(Event::Gap(gap));
+    s.feed(Event::Gap(Box::new(gap)));
     assert_eq!(s.ack(1, 11, false)[0].outcome, Some("after gap"));
 }
 
@@ -617,11 +617,11 @@ fn a_verdict_waits_for_the_other_direction_and_a_gap_first_voids_it() {
 
     s.c(1, "basic.ack", &[("delivery_tag", v(7))]);
     let base = s.base(Dir::S2C, None);
-    let out = s.feed(Event::Gap(Gap {
+    let out = s.feed(Event::Gap(Box::new(Gap {
         base,
         size: 10,
         lost_frame: None,
-    }));
+    })));
     assert_eq!(out.len(), 1);
     assert_eq!((out[0].tag, out[0].outcome), (Some(7), Some("after gap")));
     assert!(!is_violation(&out[0]));
@@ -647,11 +647,11 @@ fn no_delivery_is_over_prefetch_after_a_gap() {
     let base = s.base(Dir::C2S, None);
     // the ack that made room may be in what was lost: the waiting verdict is void, and so is
     // every later one
-    let out = s.feed(Event::Gap(Gap {
+    let out = s.feed(Event::Gap(Box::new(Gap {
         base,
         size: 10,
         lost_frame: None,
-    }));
+    })));
     assert_eq!((out[0].tag, out[0].outcome), (Some(2), Some("unacked")));
     assert_eq!(s.deliver(1, 3)[0].outcome, Some("unacked"));
 }

@@ -141,14 +141,14 @@ fn regions_run_transactions_side_by_side() {
 
 #[test]
 fn findings_wait_for_the_peer_and_carry_its_reaction() {
-    let header = Event::ProtocolHeader(ProtocolHeader {
+    let header = Event::ProtocolHeader(Box::new(ProtocolHeader {
         base: Base {
             channel: None,
             ..base(1, Dir::C2S, 0)
         },
         version: "0-9-1".into(),
         raw: *b"AMQP\x00\x00\x09\x01",
-    });
+    }));
     let name: Table = vec![("name".into(), Value::Str("long".into()))];
     let found = run(&[header.clone(), method(2, Dir::C2S, 1, "a.req", name)]);
     // the assert (a code: held for the server's close until the capture ends), then channel 1
@@ -213,14 +213,14 @@ fn frame_like(packet: u64, dir: Dir, channel: u16) -> Frame {
 #[test]
 fn bounds_come_from_limits() {
     use crate::limits::Limits;
-    let header = Event::ProtocolHeader(ProtocolHeader {
+    let header = Event::ProtocolHeader(Box::new(ProtocolHeader {
         base: Base {
             channel: None,
             ..base(1, Dir::C2S, 0)
         },
         version: "0-9-1".into(),
         raw: *b"AMQP\x00\x00\x09\x01",
-    });
+    }));
     let name = |s: &str| -> Table { vec![("name".into(), Value::Str(s.into()))] };
     // two long names: two assert findings, each held for the server's close
     let events = [
@@ -377,11 +377,11 @@ fn double_acks_wrong_channels_and_rejects_word_the_old_rules() {
 
 #[test]
 fn what_the_capture_cannot_judge_is_no_finding() {
-    let gap = Event::Gap(Gap {
+    let gap = Event::Gap(Box::new(Gap {
         base: base(3, Dir::S2C, 0),
         size: 100,
         lost_frame: None,
-    });
+    }));
     let events = [
         ack(1, 1, "basic.ack", 7, false), // before the capture: nothing delivered here yet
         deliver(2, 1),
