@@ -62,7 +62,7 @@ class ParquetSink:
         tables: dict[str, Any],  # table name -> pyarrow.Schema (anything with __arrow_c_schema__)
         constants: dict[str, str],
         kinds: dict[str, str],  # event kind -> table name (schema.TABLE_OF_KIND)
-        options: dict[str, Any],  # compression, dictionary, statistics, row_group_rows
+        options: dict[str, Any],  # compression, dictionary, statistics, uncompressed, row_group_rows
     ) -> None: ...
     def write(self, table: str, schema: Any, rows: bytes) -> None: ...  # rows: a JSON array of objects
     def end_events(self) -> dict[str, int]: ...

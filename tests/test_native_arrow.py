@@ -217,4 +217,4 @@ def test_parquet_sink_errors_are_one_line_values() -> None:
         sink.close()
     with pytest.raises(ValueError, match="unknown Parquet compression"):
         native.ParquetSink({}, CONSTANTS, TABLE_OF_KIND, {"compression": "brotli", "dictionary": [], "statistics": [],
-                                                         "row_group_rows": 10, "thread": False})  # fmt: skip
+                                                         "uncompressed": [], "row_group_rows": 10, "thread": False})  # fmt: skip

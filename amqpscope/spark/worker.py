@@ -224,10 +224,17 @@ STATISTICS_COLUMNS = ("seq", "packet", "ts", "time", "conn", "channel", "kind", 
                       "first_packet", "entry", "ref_packet", "rule", "severity", "state", "error", "slice")  # fmt: skip
 
 
+# Columns of random values, which no codec shrinks: the codec's pass over them is spared (a SHA-256
+# per message, 64 hex digits: snappy saved 3 % of their bytes for 0.05-0.08 CPU-s per 100 MB of
+# the large capture).
+UNCOMPRESSED_COLUMNS = ("body_sha256",)
+
+
 def parquet_options(config: JobConfig) -> dict[str, Any]:
     """How the core encodes the files (``_native.ParquetSink``)."""
     return {"compression": config.compression, "dictionary": list(DICTIONARY_COLUMNS),
-            "statistics": list(STATISTICS_COLUMNS), "row_group_rows": ROW_GROUP_ROWS,
+            "statistics": list(STATISTICS_COLUMNS), "uncompressed": list(UNCOMPRESSED_COLUMNS),
+            "row_group_rows": ROW_GROUP_ROWS,
             "thread": config.writer_thread}  # fmt: skip
 
 

@@ -3,7 +3,7 @@
 //! The caller takes the bytes as they are made and writes them where the file goes (a local
 //! file, or HDFS/S3 through pyarrow's filesystems in Python): the writer never seeks, so the
 //! file is the concatenation of what `take` and `finish` return. What to encode how (codec,
-//! dictionary and statistics columns, row group size) is the caller's choice (`FileOptions`,
+//! dictionary, statistics and uncompressed columns, row group size) is the caller's choice (`FileOptions`,
 //! filled from amqpscope/spark/worker.py), not decided here.
 
 use arrow_array::RecordBatch;
@@ -23,6 +23,9 @@ pub struct FileOptions {
     pub dictionary: Vec<String>,
     /// Top-level columns with chunk statistics (min/max, nulls).
     pub statistics: Vec<String>,
+    /// Top-level columns written without the codec: values that do not compress (hashes), where
+    /// a codec pass costs CPU and saves nothing.
+    pub uncompressed: Vec<String>,
     /// Rows per row group (the last one of a file may have fewer).
     pub row_group_rows: usize,
 }
@@ -55,6 +58,12 @@ impl FileOptions {
             let name = field.name();
             if self.dictionary.iter().any(|c| c == name) {
                 b = b.set_column_dictionary_enabled(ColumnPath::from(name.as_str()), true);
+            }
+            if self.uncompressed.iter().any(|c| c == name) {
+                b = b.set_column_compression(
+                    ColumnPath::from(name.as_str()),
+                    Compression::UNCOMPRESSED,
+                );
             }
             if self.statistics.iter().any(|c| c == name) {
                 b = b.set_column_statistics_enabled(
@@ -119,6 +128,7 @@ mod tests {
             compression: compression.into(),
             dictionary: vec!["s".into()],
             statistics: vec!["n".into()],
+            uncompressed: vec![],
             row_group_rows: 3,
         }
     }

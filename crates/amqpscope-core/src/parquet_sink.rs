@@ -325,6 +325,7 @@ mod tests {
             compression: "snappy".into(),
             dictionary: vec!["kind".into()],
             statistics: vec![],
+            uncompressed: vec![],
             row_group_rows: 4,
         };
         Sink::new(tables, options, thread)

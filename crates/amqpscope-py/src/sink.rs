@@ -57,7 +57,7 @@ fn bytes_dict<'py>(
 #[pymethods]
 impl ParquetSink {
     /// `tables`, `constants`, `kinds` as for `Decoder.arrow`; `options`: `compression` (snappy,
-    /// zstd, lz4, none), `dictionary` and `statistics` (column names), `row_group_rows`, and
+    /// zstd, lz4, none), `dictionary`, `statistics` and `uncompressed` (column names), `row_group_rows`, and
     /// `thread`: encode on a writer thread (see `Sink::new`).
     #[new]
     fn new(
@@ -76,6 +76,7 @@ impl ParquetSink {
             compression: item("compression")?.extract()?,
             dictionary: item("dictionary")?.extract()?,
             statistics: item("statistics")?.extract()?,
+            uncompressed: item("uncompressed")?.extract()?,
             row_group_rows: item("row_group_rows")?.extract()?,
         };
         let thread: bool = item("thread")?.extract()?;
