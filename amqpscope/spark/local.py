@@ -3,11 +3,11 @@
 One process, no Spark and no Java (the core encodes the files; pyarrow gives the schemas and the
 filesystems): every capture slice is decoded by the same ``worker.write_slice`` a Spark task
 runs, on a pool of threads (one per core), into a staging directory under ``DIR``, and each
-capture's files are then moved into place with the same layout and the same rule as the Spark job's commit: each
-partition (``TABLE/capture_date=…/capture_id=…``) written replaces the partition of that name,
-and partitions of the same capture that this run did not write are deleted. ``DIR/_amqpscope.json``
-records the schema version; a directory of another version is refused. So a directory can be
-written by either, and read by Spark, DuckDB or pandas alike.
+capture's files are then moved into place with the same layout and the same rule as the Spark
+job's commit: each partition (``TABLE/capture_date=…/capture_id=…``) written replaces the
+partition of that name, and partitions of the same capture that this run did not write are
+deleted. ``DIR/_amqpscope.json`` records the schema version; a directory of another version is
+refused. So a directory can be written by either, and read by Spark, DuckDB or pandas alike.
 """
 
 from __future__ import annotations
@@ -50,11 +50,11 @@ def write_tables(inputs: Sequence[str], out: str, spec: str | None = None, ports
     every event, many times the decode's time).
 
     ``threads`` slices are decoded at once (default: one per CPU this process may use), planned
-    as the Spark job plans its tasks (``job.plan_slices``: a capture above one
-    thread's share of the input (and above ``split_bytes``) is split by TCP flow), so the tables are those the Spark job
-    writes with that parallelism. The core releases the GIL while it decodes and encodes, so the
-    threads run on all cores. With fewer slices than cores, each slice encodes on a writer thread
-    of its own beside its decode."""
+    as the Spark job plans its tasks (``job.plan_slices``: a capture above ``split_bytes`` and
+    above one thread's share of the input is split by TCP flow), so the tables are those the
+    Spark job writes with that parallelism. The core releases the GIL while it decodes and
+    encodes, so the threads run on all cores. With fewer slices than cores, each slice encodes
+    on a writer thread of its own beside its decode."""
     started = time.perf_counter()
     captures = list_inputs(inputs)  # InputError for a missing input
     filesystem, root = open_output(out)
