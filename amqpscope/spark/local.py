@@ -64,8 +64,9 @@ def write_tables(inputs: Sequence[str], out: str, spec: str | None = None, ports
     except OSError as exc:
         raise JobError(f"cannot write the tables under {out}: {exc.strerror or exc}") from None
     cores = available_cores()
-    slices = plan_slices(captures, threads or cores, split_bytes)
-    running = max(1, min(threads or cores, len(slices)))
+    threads = threads or cores
+    slices = plan_slices(captures, threads, split_bytes)
+    running = max(1, min(threads, len(slices)))
     config = JobConfig(partitions=(), spec=spec, ports=ports, validate=validate, tls_keylog=tls_keylog,
                        tables=table_names(diagnose), compression=compression,
                        writer_thread=running < cores)  # fmt: skip

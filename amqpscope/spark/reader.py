@@ -12,11 +12,11 @@ only: ``hdfs://`` or ``s3a://`` output is read where it is mounted.
 
 The promoted columns' values are put back into ``args`` and ``properties`` (the maps hold only
 the rest), in the spec's field order. Values come back as the events had them, with two limits of
-the tables' map columns (``args``,
-``properties``, connection properties: strings as they are, anything else as JSON text): the
-arguments and properties are typed again from the spec (a field of a string type stays text, any
-other is parsed from its JSON), and the values of field tables (``headers``,
-``arguments``, ``client_properties`` …) come back as their JSON text, not as nested values.
+the tables' map columns (``args``, ``properties``, connection properties: strings as they are,
+anything else as JSON text): the arguments and properties are typed again from the spec (a field
+of a string type stays text, any other is parsed from its JSON), and the values of field tables
+(``headers``, ``arguments``, ``client_properties`` …) come back as their JSON text, not as nested
+values.
 Passwords are never in the tables. A capture the Spark job split into slices (by connection) has
 its slices' streams merged by packet number: the order within each connection is exact, the
 interleaving of connections of different slices is that of their packets.

@@ -307,19 +307,15 @@ def decode_slice(sl: Slice, config: JobConfig, constants: dict[str, str], files:
         mine = _mine(sl, config)
         dec = open_decoder(stream, codec_for(config.spec), options, select=flow_selector(mine))
         try:
-            if diagnoser is None:
-                while dec.to_sink(sink, config.batch_rows) is not None:
-                    files.write(sink.take())
-                    if stop is not None and stop.is_set():
-                        raise SliceCancelled(sl.uri)
-            else:
-                reads = set(Diagnoser.READS)
-                while (got := dec.to_sink(sink, config.batch_rows, reads)) is not None:
+            reads = None if diagnoser is None else set(Diagnoser.READS)
+            while (got := dec.to_sink(sink, config.batch_rows, reads)) is not None:
+                if diagnoser is not None and isinstance(got, tuple):
                     for ev in got[1]:
                         diagnosed += diagnoser.feed(ev)
-                    files.write(sink.take())
-                    if stop is not None and stop.is_set():
-                        raise SliceCancelled(sl.uri)
+                files.write(sink.take())
+                if stop is not None and stop.is_set():
+                    raise SliceCancelled(sl.uri)
+            if diagnoser is not None:
                 diagnosed += diagnoser.finish()
         finally:
             stats.update(dec.stats())
@@ -334,23 +330,26 @@ def decode_slice(sl: Slice, config: JobConfig, constants: dict[str, str], files:
             stream.close()
     built = sink.end_events()
     written = sum(built.values())
+
+    def write_rows(table: str, rows: list[dict[str, Any]]) -> None:
+        sink.write(table, file_schema(table), records_json(file_schema(table), rows, constants))
+
     if diagnosed:
         written += len(diagnosed)
-        rows = [diagnosis_row(d) for d in diagnosed]
-        sink.write("diagnoses", file_schema("diagnoses"), records_json(file_schema("diagnoses"), rows, constants))
+        write_rows("diagnoses", [diagnosis_row(d) for d in diagnosed])
     reported: tuple[str, int] | None = None
     if error is not None and "errors" in config.tables and _reports(error, sl):
         code = error.exit_code if isinstance(error, CaptureError) else EXIT_INTERNAL
         message = str(error) if isinstance(error, CaptureError) else f"{type(error).__name__}: {error}"
         row = {"slice": sl.index, "slices": sl.count, "error": type(error).__name__, "exit_code": code,
                "message": message, "packets_read": stats.packets}  # fmt: skip
-        sink.write("errors", file_schema("errors"), records_json(file_schema("errors"), [row], constants))
+        write_rows("errors", [row])
         reported = (message, code)
     if "captures" in config.tables:
         acc = stats.accounting_event().to_record()
         acc.update(slice=sl.index, slices=sl.count, size=sl.size, rows=written,
                    seconds=time.perf_counter() - started, ok=error is None)  # fmt: skip
-        sink.write("captures", file_schema("captures"), records_json(file_schema("captures"), [acc], constants))
+        write_rows("captures", [acc])
     files.write(sink.take())
     last, rows_of = sink.close()
     files.write(last)

@@ -333,10 +333,9 @@ mod tests {
 
     #[test]
     fn events_become_a_file() -> Result<(), String> {
-        for thread in [true, false] {
-            events_become_a_file_(thread)?;
-        }
-        Ok(())
+        [true, false]
+            .into_iter()
+            .try_for_each(events_become_a_file_)
     }
 
     fn events_become_a_file_(thread: bool) -> Result<(), String> {
@@ -356,10 +355,7 @@ mod tests {
 
     #[test]
     fn a_batch_of_another_schema_is_an_error_not_a_panic() -> Result<(), String> {
-        for thread in [true, false] {
-            another_schema(thread)?;
-        }
-        Ok(())
+        [true, false].into_iter().try_for_each(another_schema)
     }
 
     fn another_schema(thread: bool) -> Result<(), String> {

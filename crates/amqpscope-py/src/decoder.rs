@@ -259,8 +259,9 @@ impl Decoder {
 
     /// Decode a trip of at least `batch_events` events (unless the input ends) into `sink`,
     /// which builds their batches here (the GIL released) and encodes them, on its writer thread
-    /// while the next trip is decoded if it has one: the number of events, or None at the end. `event_kinds`: events of these kinds are also returned, as
-    /// amqpscope.events objects, `(count, events)` (for the diagnoser of the diagnoses table).
+    /// while the next trip is decoded if it has one: the number of events, or None at the end.
+    /// `event_kinds`: events of these kinds are also returned, as amqpscope.events objects,
+    /// `(count, events)` (for the diagnoser of the diagnoses table).
     #[pyo3(signature = (sink, batch_events = BATCH_EVENTS, event_kinds = None))]
     fn to_sink<'py>(
         &self,

@@ -1,6 +1,7 @@
 //! `_native.ParquetSink`: the Parquet tables of a decode, built by the core and encoded on a
 //! thread of its own (`amqpscope_core::parquet_sink`); Python writes the bytes where the files go.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use amqpscope_core::event::Event;
@@ -43,9 +44,10 @@ impl ParquetSink {
     }
 }
 
+/// Each table's bytes as a Python `bytes` (a `Vec<u8>` would convert to a list of ints).
 fn bytes_dict<'py>(
     py: Python<'py>,
-    parts: std::collections::BTreeMap<String, Vec<u8>>,
+    parts: BTreeMap<String, Vec<u8>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     for (table, bytes) in parts {
@@ -105,13 +107,8 @@ impl ParquetSink {
 
     /// No more events (`Decoder.to_sink`): `{table: rows}` the builder made of them, once it
     /// has. Batches (`write`) may still follow.
-    fn end_events<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let built = self.with(py, Sink::end_events)?;
-        let d = PyDict::new(py);
-        for (table, n) in built {
-            d.set_item(table, n)?;
-        }
-        Ok(d)
+    fn end_events(&self, py: Python<'_>) -> PyResult<BTreeMap<String, u64>> {
+        self.with(py, Sink::end_events)
     }
 
     /// `{table: bytes}` encoded since the last call: the next part of each table's file.
@@ -122,14 +119,10 @@ impl ParquetSink {
 
     /// Wait for everything given to be encoded and end the files: `({table: bytes}, {table:
     /// rows})`, the last part of each file and the rows of every table that has one.
-    fn close<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyDict>, Bound<'py, PyDict>)> {
+    fn close<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyDict>, BTreeMap<String, u64>)> {
         let done = detached(py, &self.sink, |sink| sink.take().map(Sink::close))?
             .ok_or_else(closed)?
             .map_err(PyValueError::new_err)?;
-        let rows = PyDict::new(py);
-        for (table, n) in done.rows {
-            rows.set_item(table, n)?;
-        }
-        Ok((bytes_dict(py, done.bytes)?, rows))
+        Ok((bytes_dict(py, done.bytes)?, done.rows))
     }
 }
