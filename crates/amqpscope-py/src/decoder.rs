@@ -105,7 +105,7 @@ pub fn event_list<'py>(py: Python<'py>, events: &[Event]) -> PyResult<Bound<'py,
 impl Decoder {
     /// The next batch of events (at least `min_events` unless the input ends); None when the
     /// input is done.
-    fn batch(&self, py: Python<'_>, min_events: usize) -> PyResult<Option<Vec<Event>>> {
+    pub(crate) fn batch(&self, py: Python<'_>, min_events: usize) -> PyResult<Option<Vec<Event>>> {
         let got = detached(py, &self.run, |run| {
             let mut out = Vec::with_capacity(min_events.min(1 << 20));
             run.next_batch(min_events, &mut out).map(|more| (more, out))

@@ -38,5 +38,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(testing::_event_roundtrip, m)?)?;
     m.add_function(wrap_pyfunction!(testing::_jsonl, m)?)?;
     m.add_function(wrap_pyfunction!(testing::_jsonl_bench, m)?)?;
+    m.add_function(wrap_pyfunction!(testing::_build_floor, m)?)?;
     Ok(())
 }
