@@ -9,12 +9,11 @@ use amqpscope_core::arrow::ArrowError;
 use amqpscope_core::event::Event;
 use amqpscope_core::jsonl::{write_event, BodyMode};
 use arrow_array::builder::{
-    BooleanBuilder, Float64Builder, Int64Builder, ListBuilder, MapBuilder, StringBuilder,
-    TimestampMicrosecondBuilder,
+    BooleanBuilder, Int64Builder, ListBuilder, MapBuilder, PrimitiveBuilder, StringBuilder,
 };
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Float64Type, Int64Type, TimestampMicrosecondType};
-use arrow_array::{Array, ArrayRef};
+use arrow_array::{Array, ArrayRef, ArrowPrimitiveType};
 use arrow_schema::{DataType, TimeUnit};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
@@ -137,39 +136,26 @@ fn runs(array: &dyn Array, mut each: impl FnMut(Result<Range<usize>, usize>)) {
     }
 }
 
+/// `rebuilt` for the primitive types (integers, floats, timestamps with their unit and zone).
+fn rebuilt_primitive<T: ArrowPrimitiveType>(array: &dyn Array) -> ArrayRef {
+    let a = array.as_primitive::<T>();
+    let mut b = PrimitiveBuilder::<T>::with_capacity(a.len()).with_data_type(a.data_type().clone());
+    runs(array, |run| match run {
+        Ok(r) => r.for_each(|i| b.append_value(a.value(i))),
+        Err(k) => b.append_nulls(k),
+    });
+    Arc::new(b.finish())
+}
+
 /// `array` appended into a fresh builder of its type: each value on its own (as a build from
 /// the session would get them, one at a time), each run of nulls at once.
 fn rebuilt(array: &dyn Array) -> Result<ArrayRef, ArrowError> {
     let n = array.len();
     Ok(match array.data_type() {
-        DataType::Int64 => {
-            let (a, mut b) = (
-                array.as_primitive::<Int64Type>(),
-                Int64Builder::with_capacity(n),
-            );
-            runs(array, |run| match run {
-                Ok(r) => r.for_each(|i| b.append_value(a.value(i))),
-                Err(k) => b.append_nulls(k),
-            });
-            Arc::new(b.finish())
-        }
-        DataType::Float64 => {
-            let a = array.as_primitive::<Float64Type>();
-            let mut b = Float64Builder::with_capacity(n);
-            runs(array, |run| match run {
-                Ok(r) => r.for_each(|i| b.append_value(a.value(i))),
-                Err(k) => b.append_nulls(k),
-            });
-            Arc::new(b.finish())
-        }
+        DataType::Int64 => rebuilt_primitive::<Int64Type>(array),
+        DataType::Float64 => rebuilt_primitive::<Float64Type>(array),
         DataType::Timestamp(TimeUnit::Microsecond, _) => {
-            let a = array.as_primitive::<TimestampMicrosecondType>();
-            let mut b = TimestampMicrosecondBuilder::with_capacity(n);
-            runs(array, |run| match run {
-                Ok(r) => r.for_each(|i| b.append_value(a.value(i))),
-                Err(k) => b.append_nulls(k),
-            });
-            Arc::new(b.finish())
+            rebuilt_primitive::<TimestampMicrosecondType>(array)
         }
         DataType::Boolean => {
             let (a, mut b) = (array.as_boolean(), BooleanBuilder::with_capacity(n));
