@@ -196,7 +196,7 @@ fn rebuilt(array: &dyn Array) -> Result<ArrayRef, ArrowError> {
             }
             Arc::new(b.finish())
         }
-        DataType::List(_) => {
+        DataType::List(item) if item.data_type() == &DataType::Int64 => {
             let list = array.as_list::<i32>();
             let mut b = ListBuilder::new(Int64Builder::new());
             for row in list.iter() {
