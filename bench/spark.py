@@ -11,6 +11,7 @@ by bench/record_large.py), otherwise every shared capture. For each validation s
   core (``taskset -c 0``: one thread, decoding and encoding), the baseline a second core is
   measured against;
 * ``amqpscope decode --format jsonl`` with the same validation setting, JSON lines to /dev/null;
+  and the same with ``--ledger``, the records the tables hold (the ledger table's among them);
 * the batch job on ``local[1]`` and ``local[2]``, each in a fresh process (its own JVM). Spark's
   start-up (session, plus starting the Python workers with amqpscope imported and the spec
   compiled: once per worker process, whatever the archive) is measured and reported separately
@@ -81,8 +82,8 @@ def cli_parquet(files: list[Path], out: Path, validate: bool, pin: bool = False,
     return cli_run(["decode", "--format", "parquet", "-o", str(out), *flags, *map(str, files)], pin=pin)
 
 
-def cli_jsonl(files: list[Path], validate: bool) -> dict[str, Any]:
-    flags = [] if validate else ["--no-validate"]
+def cli_jsonl(files: list[Path], validate: bool, ledger: bool = False) -> dict[str, Any]:
+    flags = ([] if validate else ["--no-validate"]) + (["--ledger"] if ledger else [])
     return cli_run(["decode", "--format", "jsonl", "--no-progress", *flags, *map(str, files)])
 
 
@@ -189,6 +190,9 @@ def measure(a: argparse.Namespace, files: list[Path], tmpd: Path, mb: float, val
     rows.append(("one process on one core", pinned["seconds"], pinned["cpu"], "taskset -c 0: one thread"))
     jsonl = best(a.repeat, lambda: cli_jsonl(files, validate))
     rows.append(("decode --format jsonl", jsonl["seconds"], jsonl["cpu"], "to /dev/null"))
+    # the tables hold the ledger's records; the JSON lines only with --ledger
+    same = best(a.repeat, lambda: cli_jsonl(files, validate, ledger=True))
+    rows.append(("decode --format jsonl --ledger", same["seconds"], same["cpu"], "the tables' records"))
     spark_runs = []
     for master in a.masters.split(","):
         run = best(a.repeat, functools.partial(spark_run, master, tmpd, a.driver_memory, validate), key="job_s")
@@ -219,6 +223,8 @@ def measure(a: argparse.Namespace, files: list[Path], tmpd: Path, mb: float, val
     print(f"decode --format parquet / --format jsonl (validation {setting}): {one['seconds'] / jsonl['seconds']:.2f}x "
           f"the time (target <= 1.3x), {one['cpu'] / jsonl['cpu']:.2f}x the CPU; with --threads 1 "
           f"{single['seconds'] / jsonl['seconds']:.2f}x the time")  # fmt: skip
+    print(f"  against --format jsonl --ledger (the same records as the tables): {one['seconds'] / same['seconds']:.2f}x "
+          f"the time, {one['cpu'] / same['cpu']:.2f}x the CPU")  # fmt: skip
 
 
 def main() -> None:

@@ -68,8 +68,9 @@ class JobConfig:
     spec: str | None = None
     ports: frozenset[int] = frozenset({5672})
     # events per trip into the core (one Arrow batch per table): 16,384 took 0.1-0.2 s more per
-    # 100 MB of capture (the builders' columns no longer in cache)
-    batch_rows: int = 4096
+    # 100 MB of capture (the builders' columns no longer in cache); 2,048 gave local[2] 93.8-103.4
+    # MB/s where 4,096 gave 85.4-98.1, with two tasks sharing the caches (docs/batch.md)
+    batch_rows: int = 2048
     plan_bytes: int = 32 << 20  # capture prefix weighed to split a capture by flow (split.py)
     tables: tuple[str, ...] = field(default_factory=lambda: table_names(diagnose=False))
     validate: bool = True  # run the validator stage: its findings fill the ``findings`` table
