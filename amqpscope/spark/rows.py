@@ -17,17 +17,15 @@ import pyarrow as pa
 
 def records_json(schema: pa.Schema, rows: Iterable[Mapping[str, Any]], constants: Mapping[str, str]) -> bytes:
     """Rows of ``schema`` as the sink reads them: missing columns null, ``constants`` fill their
-    columns, ``time`` is ``ts`` in microseconds truncated (as the core computes it), a map
-    column is a list of ``[key, value]`` pairs."""
+    columns, ``time`` left out (the core derives it from ``ts``), a map column is a list of
+    ``[key, value]`` pairs."""
     out = []
     for r in rows:
         row: dict[str, Any] = {}
         for f in schema:
             if f.name in constants:
                 row[f.name] = constants[f.name]
-            elif f.name == "time":
-                row[f.name] = None if r.get("ts") is None else int(r["ts"] * 1e6)
-            else:
+            elif f.name != "time":  # the core derives it from ts, as for the events' rows
                 v = r.get(f.name)
                 row[f.name] = list(v.items()) if isinstance(v, dict) else v
         out.append(row)

@@ -1,20 +1,19 @@
 //! Arrow record batches of the Parquet tables, built from core events.
 //!
 //! The tables' one schema is derived in Python (`amqpscope/spark/schema.py`) and handed in as an
-//! Arrow `Schema`; a [`TableBuilder`] fills its columns BY NAME, the way `amqpscope/spark/rows.py`
-//! does from Python event objects, so that both build equal batches:
+//! Arrow `Schema`; a [`TableBuilder`] fills its columns BY NAME (tests/table_reference.py derives
+//! the same rows independently, from each event's record):
 //!
 //! - `kind`; the event base fields (`packet`, `ts`, `conn`, `dir`, `channel`) and each kind's own
 //!   fields under their `amqpscope/events.py` names (a field a kind does not have is null);
-//! - `time`: `ts` as a timestamp in microseconds, computed as rows.py does (float seconds × 1e6,
-//!   truncated), so the two never differ by a rounding;
+//! - `time`: `ts` as a timestamp in microseconds ([`micros`], also for the rows made in Python:
+//!   `json_rows`), so no two tables differ by a rounding;
 //! - the promoted argument and property columns (`PROMOTED_ARGS` / `PROMOTED_PROPERTIES` of
 //!   schema.py): the value of that key when its type is exactly the column's (a string for
 //!   string columns, an integer that fits an int64 for int64 columns, a bool for bool columns),
-//!   else null, as rows.py's exact class checks;
+//!   else null (an exact type check: a bool is not an integer);
 //! - map<string,string> columns (`args`, `properties`, connection properties): strings as they
-//!   are, every other value as the JSON text `jsonl` writes for it (what rows.py's `map_items`
-//!   gets from orjson). In a table with promoted columns, `args` and `properties` hold the rest:
+//!   are, every other value as the JSON text `jsonl` writes for it. In a table with promoted columns, `args` and `properties` hold the rest:
 //!   an entry a promoted column holds is not repeated in the map (they were most of the
 //!   tables' bytes, written twice);
 //! - constant columns (capture, capture_id, capture_date) from the values given;
@@ -974,8 +973,8 @@ fn repeated(v: &str, rows: usize) -> Result<StringArray, ArrowError> {
     StringArray::try_new(OffsetBuffer::new(offsets), values, None)
 }
 
-/// `time` as rows.py computes it: `cast(ts * 1e6, int64, safe=False)` (truncation).
-fn micros(ts: f64) -> i64 {
+/// `time` of `ts`: float seconds × 1e6, truncated.
+pub(crate) fn micros(ts: f64) -> i64 {
     (ts * 1e6) as i64
 }
 
@@ -1462,6 +1461,23 @@ impl Tables {
     }
 }
 
+/// The tables' map<string,string> type (key not null, value nullable, unsorted), for tests.
+#[cfg(test)]
+pub(crate) fn string_map_type() -> DataType {
+    let entries = arrow_schema::Field::new(
+        "entries",
+        DataType::Struct(
+            vec![
+                arrow_schema::Field::new("key", DataType::Utf8, false),
+                arrow_schema::Field::new("value", DataType::Utf8, true),
+            ]
+            .into(),
+        ),
+        false,
+    );
+    DataType::Map(Arc::new(entries), false)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1534,21 +1550,6 @@ mod tests {
         }
     }
 
-    fn map_type() -> DataType {
-        let entries = ArrowField::new(
-            "entries",
-            DataType::Struct(
-                vec![
-                    ArrowField::new("key", DataType::Utf8, false),
-                    ArrowField::new("value", DataType::Utf8, true),
-                ]
-                .into(),
-            ),
-            false,
-        );
-        DataType::Map(Arc::new(entries), false)
-    }
-
     fn schema(extra: &[(&str, DataType)]) -> SchemaRef {
         let mut fields = vec![
             ArrowField::new("capture", DataType::Utf8, false),
@@ -1564,7 +1565,7 @@ mod tests {
             ArrowField::new("channel", DataType::Int64, true),
             ArrowField::new("size", DataType::Int64, true),
             ArrowField::new("method", DataType::Utf8, true),
-            ArrowField::new("args", map_type(), true),
+            ArrowField::new("args", string_map_type(), true),
             ArrowField::new("lost_frame", DataType::Utf8, true),
             ArrowField::new("exchange", DataType::Utf8, true),
             ArrowField::new("delivery_tag", DataType::Int64, true),

@@ -2,8 +2,8 @@
 //! `captures` row per slice, an `errors` row, the `diagnoses`), in the table's schema.
 //!
 //! The rows are a JSON array of objects keyed by column name; a column a row does not have is
-//! null. Only the types those tables use are read: strings, int32/int64, doubles, bools,
-//! timestamps (integer microseconds), lists of int64, and map<string,string> given as an array
+//! null, except `time`, which is the row's `ts` as the events' rows have it (`arrow::micros`).
+//! Only the types those tables use are read: strings, int32/int64, doubles, bools, timestamps (integer microseconds), lists of int64, and map<string,string> given as an array
 //! of `[key, value]` pairs (so that the entries keep their order). Anything else, or a value of
 //! the wrong type, is an error naming the column.
 
@@ -16,7 +16,7 @@ use arrow_array::{ArrayRef, Int32Array, Int64Array, RecordBatch, TimestampMicros
 use arrow_schema::{ArrowError, DataType, SchemaRef, TimeUnit};
 use serde_json::{Map, Value};
 
-use crate::arrow::{string_map, MapColumn};
+use crate::arrow::{micros, string_map, MapColumn};
 
 type Row = Map<String, Value>;
 
@@ -26,9 +26,18 @@ fn bad(column: &str, want: &str, got: &Value) -> ArrowError {
 
 /// `json`: an array of row objects, for `schema`.
 pub fn batch_from_json(schema: SchemaRef, json: &[u8]) -> Result<RecordBatch, ArrowError> {
-    let rows: Vec<Row> = serde_json::from_slice(json).map_err(|e| {
+    let mut rows: Vec<Row> = serde_json::from_slice(json).map_err(|e| {
         ArrowError::ParseError(format!("rows are not a JSON array of objects: {e}"))
     })?;
+    if schema.field_with_name("time").is_ok() {
+        for row in &mut rows {
+            // derived here as for the events' rows, not by the caller
+            let ts = row.get("ts").and_then(Value::as_f64);
+            if let (false, Some(ts)) = (row.contains_key("time"), ts) {
+                row.insert("time".into(), micros(ts).into());
+            }
+        }
+    }
     let mut columns = Vec::with_capacity(schema.fields().len());
     for field in schema.fields() {
         let values: Vec<&Value> = rows
@@ -157,20 +166,13 @@ fn map(name: &str, dt: &DataType, values: &[&Value]) -> Result<ArrayRef, ArrowEr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::arrow::string_map_type;
     use arrow_array::cast::AsArray;
-    use arrow_array::types::Int64Type;
+    use arrow_array::types::{Int64Type, TimestampMicrosecondType};
     use arrow_array::Array;
-    use arrow_schema::{Field, Fields, Schema};
+    use arrow_schema::{Field, Schema};
 
     fn schema() -> SchemaRef {
-        let entries = Field::new(
-            "entries",
-            DataType::Struct(Fields::from(vec![
-                Field::new("key", DataType::Utf8, false),
-                Field::new("value", DataType::Utf8, true),
-            ])),
-            false,
-        );
         Arc::new(Schema::new(vec![
             Field::new("s", DataType::Utf8, true),
             Field::new("n", DataType::Int32, true),
@@ -186,7 +188,7 @@ mod tests {
                 DataType::List(Arc::new(Field::new("item", DataType::Int64, true))),
                 true,
             ),
-            Field::new("m", DataType::Map(Arc::new(entries), false), true),
+            Field::new("m", string_map_type(), true),
         ]))
     }
 
@@ -225,5 +227,22 @@ mod tests {
                 .unwrap_or_default();
             assert!(err.contains(column), "{err}");
         }
+    }
+
+    #[test]
+    fn time_is_derived_from_ts() -> Result<(), ArrowError> {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("ts", DataType::Float64, true),
+            Field::new(
+                "time",
+                DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+                true,
+            ),
+        ]));
+        let b = batch_from_json(schema, br#"[{"ts": 1700000000.1234567}, {}]"#)?;
+        let time = b.column(1).as_primitive::<TimestampMicrosecondType>();
+        assert_eq!(time.value(0), micros(1700000000.1234567));
+        assert!(time.is_null(1));
+        Ok(())
     }
 }
