@@ -12,7 +12,7 @@
 # disabled after installation. Works with or without systemd (containers).
 set -euo pipefail
 
-PKGS=(rabbitmq-server tcpdump tshark wireshark-common libcap2-bin tcpreplay chromium)
+PKGS=(rabbitmq-server tcpdump tshark wireshark-common libcap2-bin tcpreplay chromium tmux)
 
 missing=()
 for p in "${PKGS[@]}"; do
