@@ -13,7 +13,7 @@ import itertools
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, NoReturn, TypeVar
+from typing import IO, Any, NoReturn, TypeVar
 
 import click
 
@@ -21,7 +21,7 @@ from amqpscope.capture import CaptureError
 from amqpscope.dissect.codec import Codec, get_codec
 from amqpscope.dissect.spec import SpecError
 from amqpscope.events import Event
-from amqpscope.filter import FilterError
+from amqpscope.filter import FilterError, Predicate, compile_filter
 from amqpscope.pipeline import Options, RunStats, decode_batches, jsonl_batches, read_keylogs
 
 EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
@@ -36,6 +36,113 @@ def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
 
 def warn(message: str) -> None:
     click.echo(f"amqpscope: warning: {message}", err=True)
+
+
+def deprecated(old: str, new: str) -> None:
+    """The one-line notice of an old spelling that still works for one release."""
+    click.echo(f"amqpscope: warning: {old} is deprecated and goes in the next release; use {new}", err=True)
+
+
+# old -T names, kept for one release: the human view is "text" in every command
+OLD_FORMATS = {"rich": "text"}
+
+
+class FormatChoice(click.Choice):  # type: ignore[type-arg]
+    """``-T/--format`` names; an old one is accepted, with the notice, as its new name. Help and
+    completion list the new names only."""
+
+    def __init__(self, choices: list[str], old: dict[str, str] | None = None) -> None:
+        super().__init__(choices)
+        self.old = OLD_FORMATS if old is None else old
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and value in self.old and value not in self.choices:
+            new = self.old[value]
+            deprecated(f"--format {value}", f"--format {new}")
+            return new
+        return super().convert(value, param, ctx)
+
+
+def format_option(choices: list[str], help: str, default: str | None = "auto") -> Callable[[F], F]:
+    """``-T/--format``: the same option name, and the same format names, in every command."""
+    return click.option("-T", "--format", "fmt", type=FormatChoice(choices), default=default,
+                        show_default=default is not None, help=help)  # fmt: skip
+
+
+def output_option(help: str = "Write to FILE instead of standard output.", required: bool = False) -> Callable[[F], F]:
+    """``-o/--output FILE``: always a file (a folder is ``--out-dir``)."""
+    # not click.Path(dir_okay=False): decode's deprecated "-o DIR" of parquet is an existing folder
+    return click.option("-o", "--output", type=click.Path(), default=None, required=required,
+                        metavar="FILE", help=help)  # fmt: skip
+
+
+def open_output(path: str, binary: bool = False) -> IO[Any]:
+    """Open an output file up front, so a bad path fails in one line before any decoding."""
+    try:
+        return open(path, "wb") if binary else open(path, "w", encoding="utf-8")
+    except OSError as exc:
+        fail(f"cannot write '{path}': {exc.strerror or exc}")
+
+
+def wrote(path: str, what: str) -> None:
+    """Say on stderr what a command wrote to a file or folder (stdout stays the data's)."""
+    try:
+        size = os.path.getsize(path) if not os.path.isdir(path) else None
+    except OSError:
+        size = None
+    click.echo(f"amqpscope: wrote {what} to {path}" + ("" if size is None else f" ({_bytes(size)})"), err=True)
+
+
+def _bytes(n: int) -> str:
+    for unit in ("bytes", "KiB", "MiB"):
+        if n < 1024 or unit == "MiB":
+            return f"{n} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
+def _keep_meta(key: str) -> Callable[[click.Context, click.Parameter, Any], None]:
+    def keep(ctx: click.Context, _param: click.Parameter, value: Any) -> None:
+        ctx.meta[key] = value
+
+    return keep
+
+
+def selection_options(f: F) -> F:
+    """``-Y EXPR`` and ``-c N`` of the commands that read captures, as decode has them: only the
+    events the filter keeps are read (checked, analysed, drawn), only the first N packets."""
+    f = click.option("-c", "--count", type=click.IntRange(min=1), default=None, expose_value=False,
+                     callback=_keep_meta("amqpscope.count"), metavar="N",
+                     help="Stop after reading N packets.")(f)  # fmt: skip
+    return click.option("-Y", "--filter", "display_filter", default=None, expose_value=False, metavar="EXPR",
+                        callback=_keep_meta("amqpscope.filter"),
+                        help="Display filter (as for decode, docs/decode.md): only the events it keeps are read.")(f)  # fmt: skip
+
+
+def _meta(key: str) -> Any:
+    ctx = click.get_current_context(silent=True)
+    return ctx.meta.get(key) if ctx is not None else None
+
+
+def packet_count() -> int | None:
+    """``-c N`` of the running command (None: every packet)."""
+    return _meta("amqpscope.count")  # type: ignore[no-any-return]
+
+
+def display_filter(codec: Codec) -> Predicate | None:
+    """``-Y EXPR`` of the running command, compiled against the command's spec (an unknown name is
+    a FilterError: exit 2 with the nearest names)."""
+    return compile_filter(_meta("amqpscope.filter"), codec.spec)
+
+
+def kept(events: Iterable[Event], predicate: Predicate | None) -> Iterator[Event]:
+    """The events whose records ``predicate`` keeps (all of them without one)."""
+    if predicate is None:
+        yield from events
+        return
+    for ev in events:
+        if predicate(ev.to_record()):
+            yield ev
 
 
 def spec_option(f: F) -> F:
@@ -127,7 +234,7 @@ class CaptureRun:
         self.options = options
         self.error: CaptureError | None = None
         self.stats: list[tuple[str, RunStats]] = []
-        self.max_packets: int | None = None
+        self.max_packets: int | None = packet_count()  # -c N of the commands with selection_options
         self._done = 0  # files finished, for progress over several files
 
     def position(self) -> int:

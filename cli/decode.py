@@ -22,24 +22,31 @@ from amqpscope.output.writers import WRITERS, JsonlWriter, Writer
 from .common import (
     CaptureRun,
     compression_option,
+    deprecated,
     fail,
+    format_option,
     input_options,
     load_codec,
+    open_output,
     options_from,
+    output_option,
     run_guarded,
     tls_keylog_text,
     validate_with,
+    wrote,
 )
 
-FORMATS = ["auto", "rich", "jsonl", "json", "csv", "table", "parquet"]
+STREAM_FORMATS = ["auto", "text", "jsonl", "json", "csv", "table"]  # also sniff's
+FORMATS = [*STREAM_FORMATS, "parquet"]
+FORMAT_NAMES = {"text": "text", "jsonl": "JSON lines", "json": "JSON", "csv": "CSV", "table": "text table"}
 
 
 def make_writer(fmt: str, body: str | None, verbose: bool, out: IO[str] | None = None) -> Writer:
     """The writer for --format; without --body the terminal view previews bodies, the others leave them out."""
     out = out or sys.stdout
     if fmt == "auto":
-        fmt = "rich" if out.isatty() else "jsonl"
-    if fmt == "rich":
+        fmt = "text" if out.isatty() else "jsonl"
+    if fmt in ("text", "rich"):
         return ConsoleWriter(Console(file=out, highlight=False, emoji=False), body=body or "preview", verbose=verbose)
     return WRITERS[fmt](out, body or "none")
 
@@ -85,11 +92,12 @@ def _size(path: str) -> int:
 @click.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(allow_dash=True, readable=False))
 @input_options
-@click.option("-T", "--format", "fmt", type=click.Choice(FORMATS), default="auto", show_default=True,
-              help="Output format; auto is rich on a terminal, jsonl otherwise; parquet writes the "
-                   "tables of 'amqpscope batch' under -o DIR (no Spark).")
-@click.option("-o", "--out", default=None, metavar="DIR", type=click.Path(file_okay=False),
-              help="Output directory of --format parquet.")
+@format_option(FORMATS, help="Output format; auto is text on a terminal, jsonl otherwise; parquet writes the "
+              "tables of 'amqpscope batch' under --out-dir DIR (no Spark).")
+@output_option("Write the events to FILE instead of standard output (not with parquet: --out-dir).")
+@click.option("--out-dir", default=None, metavar="DIR", type=click.Path(file_okay=False),
+              help="Folder of the Parquet tables of --format parquet.")
+@click.option("--out", "old_out", default=None, hidden=True, type=click.Path())  # deprecated: -o / --out-dir
 @click.option("-V", "--verbose", is_flag=True, help="Full tree of arguments and properties (rich view).")
 @click.option("-c", "--count", type=click.IntRange(min=1), default=None, help="Stop after reading N packets.")
 @click.option("-Y", "--filter", "display_filter", default=None, metavar="EXPR",
@@ -110,14 +118,21 @@ def _size(path: str) -> int:
               help="With --format parquet, also the diagnoses table (one row per cause, as 'amqpscope diagnose' "
                    "reports it; needs validation). Python then reads every event: many times slower.")  # fmt: skip
 def decode(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], show_credentials: bool, fmt: str,
-           out: str | None, verbose: bool, count: int | None, display_filter: str | None, body: str | None,
+           output: str | None, out_dir: str | None, old_out: str | None, verbose: bool, count: int | None,
+           display_filter: str | None, body: str | None,
            stats: bool, no_progress: bool, no_validate: bool, ledger: bool, diagnose: bool,
            compression: str, threads: int | None) -> None:  # fmt: skip
     """Decode AMQP in capture FILES (pcap, pcapng, compressed; - for stdin)."""
-    if fmt == "parquet" or out is not None:
+    if old_out is not None:
+        deprecated("--out", "--out-dir DIR (parquet) or -o/--output FILE")
+        output = output or old_out
+    if fmt == "parquet" and out_dir is None and output is not None:
+        deprecated("-o DIR with --format parquet", "--out-dir DIR")
+        out_dir, output = output, None
+    if fmt == "parquet" or out_dir is not None:
         given = {"-Y/--filter": display_filter is not None, "--body": body is not None, "-c/--count": count is not None,
                  "--stats": stats, "-V/--verbose": verbose, "--show-credentials": show_credentials}  # fmt: skip
-        run_guarded(lambda: _parquet(files, out, fmt, spec, ports, not no_validate, diagnose, compression, threads,
+        run_guarded(lambda: _parquet(files, out_dir, fmt, spec, ports, not no_validate, diagnose, compression, threads,
                                      [name for name, on in given.items() if on]))  # fmt: skip
     if diagnose:
         fail("--diagnose is for --format parquet (diagnose's own command: amqpscope diagnose)")
@@ -125,9 +140,10 @@ def decode(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], sho
         fail("--threads is for --format parquet (the other formats keep the capture's event order)")
 
     def run() -> int:
-        predicate = compile_filter(display_filter)
         codec = load_codec(spec)
-        writer = make_writer(fmt, body, verbose)
+        predicate = compile_filter(display_filter, codec.spec)
+        out = open_output(output) if output else None
+        writer = make_writer(fmt, body, verbose, out)
         options = options_from(ports, show_credentials, keep_bodies=writer.body != "none")
         capture = CaptureRun(files, codec, replace(options, ledger=ledger))
         capture.max_packets = count
@@ -151,6 +167,10 @@ def decode(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], sho
                     writer.write(ev, record(ev))
         finally:
             writer.close()
+            if out is not None:
+                out.close()
+                kind = fmt if fmt != "auto" else "jsonl"
+                wrote(out.name, FORMAT_NAMES.get(kind, kind))
         return capture.exit_code
 
     run_guarded(run)
@@ -158,11 +178,11 @@ def decode(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], sho
 
 def _parquet(files: tuple[str, ...], out: str | None, fmt: str, spec: str | None, ports: tuple[int, ...],
              validate: bool, diagnose: bool, compression: str, threads: int | None, refused: list[str]) -> int:  # fmt: skip
-    """``--format parquet -o DIR``: the tables of ``amqpscope batch``, written in this process."""
+    """``--format parquet --out-dir DIR``: the tables of ``amqpscope batch``, written in this process."""
     if fmt != "parquet":
-        fail("-o/--out is for --format parquet (the other formats write to standard output)")
+        fail("--out-dir is for --format parquet (the other formats write to -o FILE or standard output)")
     if out is None:
-        fail("--format parquet needs -o DIR")
+        fail("--format parquet needs --out-dir DIR")
     if refused:
         fail(f"{', '.join(refused)}: not with --format parquet (its tables hold every event, never credentials)")
     if "-" in files:
@@ -191,4 +211,5 @@ def _parquet(files: tuple[str, ...], out: str | None, fmt: str, spec: str | None
             click.echo(f"amqpscope: {line}", err=True)  # as decode reports a damaged capture
         else:
             click.echo(line)
+    wrote(out, "Parquet tables")
     return result.exit_code  # the first damaged capture's, as for the other formats

@@ -13,7 +13,21 @@ from amqpscope.diagnose import Diagnoser, Diagnosis, Quirk, Thresholds
 from amqpscope.diagnose.text import render
 from amqpscope.output.records import dumps
 
-from .common import CaptureRun, input_options, load_codec, options_from, run_guarded, validate_with
+from .common import (
+    CaptureRun,
+    display_filter,
+    format_option,
+    input_options,
+    kept,
+    load_codec,
+    open_output,
+    options_from,
+    output_option,
+    run_guarded,
+    selection_options,
+    validate_with,
+    wrote,
+)
 
 
 def threshold_options(f: Any) -> Any:
@@ -38,15 +52,16 @@ def thresholds_from(kw: dict[str, Any]) -> Thresholds:
 
 def run_diagnosis(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], show_credentials: bool,
                   thresholds: Thresholds) -> tuple[Diagnoser, CaptureRun]:  # fmt: skip
-    """Decode FILES with validation and feed every event to one Diagnoser."""
+    """Decode FILES with validation and feed every event (that ``-Y`` keeps) to one Diagnoser."""
     codec = load_codec(spec)
+    keep = display_filter(codec)
     # the core's ledger events: what consumer-stalled, poison-message and unacked-requeued read
     options = replace(options_from(ports, show_credentials, keep_bodies=False), ledger=True)
     capture = CaptureRun(files, codec, options)
     validate_with(capture)
     diag = Diagnoser(thresholds)
     seen = 0
-    for ev in capture.events():
+    for ev in kept(capture.events(), keep):
         if len(capture.stats) != seen:  # a new file: connection ids restart
             seen = len(capture.stats)
             diag.next_file(capture.stats[-1][0] if len(files) > 1 else None)
@@ -63,12 +78,13 @@ def render_text(out: IO[str], found: list[Diagnosis], quirks: list[Quirk]) -> No
 @click.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(allow_dash=True, readable=False))
 @input_options
-@click.option("-T", "--format", "fmt", type=click.Choice(["auto", "text", "jsonl", "json"]), default="auto",
-              show_default=True, help="text for people, one JSON object per cause and quirk, or one JSON "
-              "document; auto is text on a terminal, jsonl otherwise.")  # fmt: skip
+@selection_options
+@format_option(["auto", "text", "jsonl", "json"], help="text for people, one JSON object per cause and quirk, or "
+               "one JSON document; auto is text on a terminal, jsonl otherwise.")
+@output_option()
 @threshold_options
 def diagnose(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], show_credentials: bool, fmt: str,
-             **kw: Any) -> None:  # fmt: skip
+             output: str | None, **kw: Any) -> None:  # fmt: skip
     """What went wrong in capture FILES: one entry per cause, ranked by impact, with the packets that
     prove it and what the broker did; then the quirks the broker accepts, per client library.
 
@@ -76,20 +92,30 @@ def diagnose(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], s
     """
 
     def run() -> int:
-        diag, capture = run_diagnosis(files, spec, ports, show_credentials, thresholds_from(kw))
-        found, quirks = diag.result(), diag.quirk_list()
-        out = sys.stdout
-        chosen = fmt if fmt != "auto" else ("text" if out.isatty() else "jsonl")
-        if chosen == "jsonl":
-            for d in found:
-                out.write(dumps(d.to_record()) + "\n")
-            for q in quirks:
-                out.write(dumps(q.to_record()) + "\n")
-        elif chosen == "json":
-            out.write(dumps({"causes": [d.to_record() for d in found], "quirks": [q.to_record() for q in quirks],
-                             "files": list(files), "nothing_wrong": not found}) + "\n")  # fmt: skip
-        else:
-            render_text(out, found, quirks)
+        out = open_output(output) if output else sys.stdout
+        try:
+            diag, capture = run_diagnosis(files, spec, ports, show_credentials, thresholds_from(kw))
+            _write(out, fmt, diag.result(), diag.quirk_list(), files)
+        finally:
+            if output:
+                out.close()
+        if output:
+            wrote(output, "the diagnosis")
         return capture.exit_code
 
     run_guarded(run)
+
+
+def _write(out: IO[str], fmt: str, found: list[Diagnosis], quirks: list[Quirk], files: tuple[str, ...]) -> None:
+    """The causes and quirks in format ``fmt`` (auto: text on a terminal, else JSON lines)."""
+    chosen = fmt if fmt != "auto" else ("text" if out.isatty() else "jsonl")
+    if chosen == "jsonl":
+        for d in found:
+            out.write(dumps(d.to_record()) + "\n")
+        for q in quirks:
+            out.write(dumps(q.to_record()) + "\n")
+    elif chosen == "json":
+        out.write(dumps({"causes": [d.to_record() for d in found], "quirks": [q.to_record() for q in quirks],
+                         "files": list(files), "nothing_wrong": not found}) + "\n")  # fmt: skip
+    else:
+        render_text(out, found, quirks)

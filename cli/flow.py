@@ -9,23 +9,31 @@ import click
 
 from amqpscope.analysis.flow import build, to_mermaid, to_svg, to_text
 
-from .common import CaptureRun, fail, input_options, load_codec, options_from, run_guarded
-from .stats import open_output
+from .common import (
+    CaptureRun,
+    display_filter,
+    fail,
+    format_option,
+    input_options,
+    kept,
+    load_codec,
+    open_output,
+    options_from,
+    output_option,
+    run_guarded,
+    selection_options,
+    wrote,
+)
 
 
 @click.command()
 @click.argument("file", type=click.Path(allow_dash=True, readable=False))
 @input_options
 @click.option("--conn", type=click.IntRange(min=0), default=None, help="Connection id (default: the first one).")
-@click.option(
-    "-T",
-    "--format",
-    "fmt",
-    type=click.Choice(["text", "mermaid", "svg"]),
-    default=None,
-    help="Default: svg for -o *.svg, mermaid for -o *.mmd/*.md, else text.",
-)
-@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None, help="Write to FILE.")
+@selection_options
+@format_option(["text", "mermaid", "svg"], default=None,
+               help="Default: svg for -o *.svg, mermaid for -o *.mmd/*.md, else text.")
+@output_option()
 @click.option("--channel", "channels", type=click.IntRange(min=0), multiple=True,
               help="Only these channels (repeatable); channel 0 is always shown.")
 @click.option("--limit", type=click.IntRange(min=1), default=2000, show_default=True, help="At most N steps.")
@@ -35,8 +43,9 @@ def flow(file: str, spec: str | None, ports: tuple[int, ...], show_credentials: 
 
     def run() -> int:
         codec = load_codec(spec)
+        keep = display_filter(codec)
         capture = CaptureRun((file,), codec, options_from(ports, show_credentials, keep_bodies=False))
-        ladder = build(capture.events(), conn, limit, frozenset(channels) if channels else None)
+        ladder = build(kept(capture.events(), keep), conn, limit, frozenset(channels) if channels else None)
         if ladder is None:
             if capture.error is not None:
                 return capture.exit_code  # its one error line is printed already
@@ -51,6 +60,7 @@ def flow(file: str, spec: str | None, ports: tuple[int, ...], show_credentials: 
         if output:
             with open_output(output) as fh:
                 fh.write(text)
+            wrote(output, {"text": "the ladder", "mermaid": "the Mermaid diagram", "svg": "the SVG diagram"}[chosen])
         else:
             sys.stdout.write(text)
         return capture.exit_code

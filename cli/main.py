@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
+import re
+
 import click
 
 from amqpscope import __version__
@@ -32,6 +35,18 @@ cli.add_command(flow)
 cli.add_command(report)
 cli.add_command(validate)
 cli.add_command(sniff)
+
+
+def first_sentence(text: str | None) -> str:
+    """The first sentence of a command's help, whole: click's own short help stops at ~45 columns
+    with an ellipsis, which cut every description of ``amqpscope --help``."""
+    para = inspect.cleandoc(text or "").split("\n\n")[0].replace("\n", " ")
+    m = re.search(r"(?<=\.)\s", para)
+    return para[: m.start()] if m else para
+
+
+for _command in cli.commands.values():
+    _command.short_help = _command.short_help or first_sentence(_command.help)
 
 
 def main() -> None:

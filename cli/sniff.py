@@ -18,6 +18,7 @@ end: 0. A second Ctrl-C stops without decoding the packets still waiting.
 from __future__ import annotations
 
 import dataclasses
+import os
 import signal
 import threading
 import time
@@ -28,7 +29,7 @@ from typing import Any
 import click
 
 from amqpscope.diagnose import Diagnoser, Diagnosis
-from amqpscope.diagnose.text import cause_lines
+from amqpscope.diagnose.text import print_cause
 from amqpscope.events import Connection, Finding, Frame, Ledger, Message
 from amqpscope.filter import compile_filter
 from amqpscope.helper import CaptureHelper, choose_helper, describe_exit
@@ -38,8 +39,8 @@ from amqpscope.output.writers import JsonlWriter
 from amqpscope.packets import RawPacket
 from amqpscope.pipeline import RunStats, _ports, _validation, decode_packets, live_batches
 
-from .common import fail, input_options, load_codec, options_from, run_guarded, warn
-from .decode import FORMATS, make_writer
+from .common import fail, format_option, input_options, load_codec, options_from, run_guarded, warn, wrote
+from .decode import STREAM_FORMATS, make_writer
 
 LINKTYPE_NAMES = {0: "NULL", 1: "EN10MB", 12: "RAW", 101: "RAW", 108: "LOOP", 113: "LINUX_SLL", 276: "LINUX_SLL2"}
 WARN_EVERY = 2.0  # seconds between drop warnings while capturing
@@ -189,8 +190,7 @@ class _LiveView:
 @click.option("-w", "--write", "write_to", type=click.Path(dir_okay=False), default=None, metavar="FILE",
               help="Also write the decoded packets to FILE (the helper's pcapng or pcap; readable by decode, "
                    "tshark, tcpdump).")
-@click.option("-T", "--format", "fmt", type=click.Choice(FORMATS), default="auto", show_default=True,
-              help="Output format; auto is rich on a terminal, jsonl otherwise (flushed per batch).")
+@format_option(STREAM_FORMATS, help="Output format; auto is text on a terminal, jsonl otherwise (flushed per batch).")
 @click.option("-V", "--verbose", is_flag=True, help="Full tree of arguments and properties (rich view).")
 @click.option("-Y", "--filter", "display_filter", default=None, metavar="EXPR",
               help="Display filter, as for decode, e.g. 'basic.publish or basic.deliver'.")
@@ -218,8 +218,8 @@ def sniff(iface: str, bpf: str | None, spec: str | None, ports: tuple[int, ...],
     """Decode AMQP live on interface IFACE, captured by dumpcap or tcpdump (see docs/sniffing.md)."""
 
     def run() -> int:
-        predicate = compile_filter(display_filter)
         codec = load_codec(spec)
+        predicate = compile_filter(display_filter, codec.spec)
         writer = make_writer(fmt, body, verbose)
         # a client writing SSLKEYLOGFILE appends as it connects: the key logs are followed
         options = options_from(ports, show_credentials, keep_bodies=writer.body != "none", follow_keylogs=True)
@@ -247,8 +247,11 @@ def sniff(iface: str, bpf: str | None, spec: str | None, ports: tuple[int, ...],
             try:
                 with open(analysis_to, "w", encoding="utf-8") as f:
                     f.write(dumps(analyzer.report()) + "\n")
+                wrote(analysis_to, "the analysis (JSON)")
             except OSError as exc:
                 warn(f"cannot write analysis {analysis_to!r}: {exc.strerror or exc}")
+        if write_to is not None and os.path.exists(write_to):
+            wrote(write_to, "the captured packets")
         return code
 
     run_guarded(run)
@@ -278,8 +281,7 @@ class _Job:
             if isinstance(writer, JsonlWriter):
                 writer.write(d, rec)  # type: ignore[arg-type]  # a record like any event's
             elif getattr(writer, "console", None) is not None:
-                for line in cause_lines(self.counts["causes"], rec):
-                    writer.console.print(line, highlight=False)
+                print_cause(writer.console, self.counts["causes"], rec)
 
     def finish_causes(self) -> None:
         """The causes of connections still open when the capture stops."""

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from amqpscope.dissect.spec import Field, Spec
 
-from .common import load_codec, run_guarded, spec_option
+from .common import FormatChoice, load_codec, run_guarded, spec_option
 
 
 def _field(f: Field) -> dict[str, Any]:
@@ -52,7 +52,8 @@ def spec_to_json(spec: Spec) -> dict[str, Any]:
 
 @click.command("spec")
 @spec_option
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("-T", "--format", "fmt", type=FormatChoice(["text", "json"], old={"table": "text", "rich": "text"}),
+              default="text", show_default=True, help="text: a table of the methods; json: the whole spec.")
 def spec(spec: str | None, fmt: str) -> None:
     """Print the AMQP spec the dissector is built from."""
 

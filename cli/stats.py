@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import replace
-from typing import IO, Any, TypeVar
+from typing import Any, TypeVar
 
 import click
 from rich.console import Console
@@ -14,7 +14,23 @@ from amqpscope.analysis.tables import render
 from amqpscope.diagnose import Diagnoser, Thresholds
 from amqpscope.output.records import dumps
 
-from .common import CaptureRun, fail, input_options, load_codec, options_from, run_guarded, validate_with
+from .common import (
+    CaptureRun,
+    display_filter,
+    fail,
+    format_option,
+    input_options,
+    kept,
+    load_codec,
+    open_output,
+    options_from,
+    output_option,
+    packet_count,
+    run_guarded,
+    selection_options,
+    validate_with,
+    wrote,
+)
 from .diagnose import threshold_options, thresholds_from
 from .tables import capture_option, run_tables_analysis, tables_dirs
 
@@ -27,10 +43,14 @@ def run_analysis(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...
 
     With ``validate`` the core's findings come with the events, so they are counted by rule; the
     core's ledger events (acks, confirms, pairs, heartbeats) come with them too. FILES may instead
-    be directories of Parquet tables: their events are read back, not decoded (cli/tables.py)."""
+    be directories of Parquet tables: their events are read back, not decoded (cli/tables.py).
+    ``-Y`` and ``-c`` of the running command select the events analysed."""
     codec = load_codec(spec)
+    keep = display_filter(codec)
     if tables_dirs(files):
-        return run_tables_analysis(files, codec, validate, thresholds)  # type: ignore[return-value]
+        if packet_count() is not None:
+            fail("-c/--count reads the first packets of capture files, not of Parquet tables")
+        return run_tables_analysis(files, codec, validate, thresholds, keep)  # type: ignore[return-value]
     options = replace(options_from(ports, show_credentials, keep_bodies=False), ledger=True)
     capture = CaptureRun(files, codec, options)
     analyzer = Analyzer(codec.spec, ledger_in_stream=True)
@@ -39,7 +59,7 @@ def run_analysis(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...
     if validate:
         validate_with(capture)
     seen = 0
-    for ev in capture.events():
+    for ev in kept(capture.events(), keep):
         if len(capture.stats) != seen:  # a new file: keep its connection ids apart
             if seen:
                 analyzer.next_file()
@@ -47,14 +67,6 @@ def run_analysis(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...
         analyzer.feed(ev)
     analyzer.finish()
     return analyzer, capture
-
-
-def open_output(path: str) -> IO[str]:
-    """Open an output file up front, so a bad path fails in one line before any decoding."""
-    try:
-        return open(path, "w", encoding="utf-8")
-    except OSError as exc:
-        fail(f"cannot write '{path}': {exc.strerror or exc}")
 
 
 def no_validate_option(f: F) -> F:
@@ -65,22 +77,10 @@ def no_validate_option(f: F) -> F:
 @click.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(allow_dash=True, readable=False))
 @input_options
-@click.option(
-    "-T",
-    "--format",
-    "fmt",
-    type=click.Choice(["auto", "rich", "json"]),
-    default="auto",
-    show_default=True,
-    help="rich tables, or one JSON document; auto is rich on a terminal, json otherwise.",
-)
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False, writable=True),
-    default=None,
-    help="Write to FILE instead of standard output.",
-)
+@selection_options
+@format_option(["auto", "text", "json", "jsonl"], help="text: tables; json: one document; jsonl: one JSON object "
+               "per section ({\"section\": name, \"data\": …}); auto is text on a terminal, json otherwise.")
+@output_option()
 @no_validate_option
 @threshold_options
 @capture_option
@@ -100,14 +100,19 @@ def stats(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], show
             report = analyzer.report()
             chosen = fmt
             if chosen == "auto":
-                chosen = "rich" if out.isatty() else "json"
+                chosen = "text" if out.isatty() else "json"
             if chosen == "json":
                 out.write(dumps(report) + "\n")
+            elif chosen == "jsonl":
+                for section, data in report.items():
+                    out.write(dumps({"section": section, "data": data}) + "\n")
             else:
                 render(report, Console(file=out, highlight=False, emoji=False, width=None if out.isatty() else 160))
         finally:
             if output:
                 out.close()
+        if output:
+            wrote(output, "the statistics")
         return capture.exit_code
 
     run_guarded(run)

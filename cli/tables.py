@@ -13,8 +13,9 @@ from amqpscope.analysis.stats import Analyzer
 from amqpscope.diagnose import Diagnoser, Thresholds
 from amqpscope.dissect.codec import Codec
 from amqpscope.events import Event
+from amqpscope.filter import Predicate
 
-from .common import fail
+from .common import fail, kept
 
 F = TypeVar("F", bound=Any)
 _selected: list[str] = []
@@ -53,9 +54,10 @@ class TablesRun:
         self.read_again: list[Callable[[], Iterator[Event]]] = []  # each capture's events, in order
 
 
-def run_tables_analysis(dirs: tuple[str, ...], codec: Codec, validate: bool,
-                        thresholds: Thresholds | None = None) -> tuple[Analyzer, TablesRun]:  # fmt: skip
-    """Feed the events of every selected capture of DIRS (in URI order) to one Analyzer."""
+def run_tables_analysis(dirs: tuple[str, ...], codec: Codec, validate: bool, thresholds: Thresholds | None = None,
+                        keep: Predicate | None = None) -> tuple[Analyzer, TablesRun]:  # fmt: skip
+    """Feed the events of every selected capture of DIRS (in URI order) that ``keep`` keeps (``-Y``)
+    to one Analyzer."""
     from amqpscope.spark.reader import TablesError, capture_events, list_captures
 
     run = TablesRun()
@@ -74,7 +76,7 @@ def run_tables_analysis(dirs: tuple[str, ...], codec: Codec, validate: bool,
                 first = False
                 run.titles.append(cap.capture.rsplit("/", 1)[-1])
                 run.read_again.append(functools.partial(capture_events, root, cap, codec.spec, findings=validate))
-                for ev in capture_events(root, cap, codec.spec, findings=validate):
+                for ev in kept(capture_events(root, cap, codec.spec, findings=validate), keep):
                     analyzer.feed(ev)
                 if cap.error is not None:
                     click.echo(f"amqpscope: error: {cap.error} (in the tables of {cap.capture})", err=True)

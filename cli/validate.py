@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from typing import IO
+from typing import IO, Any
 
 import click
 from rich.console import Console
@@ -12,12 +12,28 @@ from rich.markup import escape
 from rich.table import Table
 
 from amqpscope.events import Finding
+from amqpscope.filter import Predicate
 from amqpscope.output.records import dumps
 from amqpscope.validate.findings import RANK, SEVERITIES, at_or_above, tolerated
 
-from .common import EXIT_FINDINGS, CaptureRun, input_options, load_codec, options_from, run_guarded, validate_with
+from .common import (
+    EXIT_FINDINGS,
+    CaptureRun,
+    display_filter,
+    format_option,
+    input_options,
+    load_codec,
+    open_output,
+    options_from,
+    output_option,
+    run_guarded,
+    selection_options,
+    validate_with,
+    wrote,
+)
 
 _STYLE = {"violation": "bold red", "deviation": "yellow", "warning": "yellow", "info": "blue"}
+OCCURRENCES_MIN = 36  # columns below which the first occurrences are no column of their own
 
 
 @dataclass(slots=True)
@@ -49,12 +65,22 @@ def _render(out: IO[str], groups: list[_Group], counts: dict[str, int], files: t
     if not groups:
         console.print("[green]no findings[/]: every connection follows the spec's grammars, asserts and rules")
         return
+    # the rule id is what a user copies (to look it up, to --fail-on…): never wrapped nor cut. Below
+    # OCCURRENCES_MIN columns for the occurrences, they go under the rule and the code into the severity
+    rule_w = max(len(g.rule) for g in groups)
+    sev_w = max(len("violation"), *(len(f"(quirk: {g.quirk})") for g in groups if g.quirk))
+    narrow = console.width - (16 + sev_w + rule_w + len("code") + len("count")) < OCCURRENCES_MIN
     table = Table(title="Findings by rule", title_justify="left", show_lines=True)
-    table.add_column("severity")
-    table.add_column("rule")
-    table.add_column("code", justify="right")
-    table.add_column("count", justify="right")
-    table.add_column("first occurrences")
+    table.add_column("severity", no_wrap=True, overflow="fold")
+    if narrow:
+        table.add_column("rule, first occurrences", min_width=min(rule_w, console.width - sev_w - 15),
+                         overflow="fold")  # fmt: skip
+    else:
+        table.add_column("rule", no_wrap=True, overflow="fold", min_width=rule_w)
+        table.add_column("code", justify="right", no_wrap=True)
+    table.add_column("count", justify="right", no_wrap=True)
+    if not narrow:
+        table.add_column("first occurrences", ratio=1)
     for g in groups:
         lines = []
         for path, f in g.first[:first]:
@@ -64,8 +90,12 @@ def _render(out: IO[str], groups: list[_Group], counts: dict[str, int], files: t
             lines.append(line)
         style = _STYLE.get(g.severity, "white") if g.quirk is None else "dim"
         label = g.severity if g.quirk is None else f"{g.severity}\n(quirk: {g.quirk})"
-        table.add_row(f"[{style}]{label}[/]", g.rule, "" if g.code is None else str(g.code), str(g.count),
-                      "\n".join(lines))  # fmt: skip
+        code = "" if g.code is None else str(g.code)
+        if narrow:
+            label += f"\ncode {code}" if code else ""
+            table.add_row(f"[{style}]{label}[/]", f"[bold]{g.rule}[/]\n" + "\n".join(lines), str(g.count))
+        else:
+            table.add_row(f"[{style}]{label}[/]", g.rule, code, str(g.count), "\n".join(lines))
     console.print(table)
     console.print(f"[bold]{_summary_line(counts, quirks)}[/] in {len(files)} file{'s' if several else ''}")
 
@@ -73,19 +103,20 @@ def _render(out: IO[str], groups: list[_Group], counts: dict[str, int], files: t
 @click.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(allow_dash=True, readable=False))
 @input_options
-@click.option("-T", "--format", "fmt", type=click.Choice(["auto", "rich", "jsonl"]), default="auto",
-              show_default=True, help="rich report grouped by rule, or one JSON object per finding; "
-              "auto is rich on a terminal, jsonl otherwise.")  # fmt: skip
+@selection_options
+@format_option(["auto", "text", "jsonl", "json"], help="text: a report grouped by rule; jsonl: one JSON object per "
+               "finding; json: one document (findings, counts, files); auto is text on a terminal, jsonl otherwise.")
+@output_option()
 @click.option("--fail-on", type=click.Choice(list(SEVERITIES)), default="violation", show_default=True,
               help="Exit 1 when a finding of this severity or a worse one exists.")
 @click.option("--min-severity", type=click.Choice(list(SEVERITIES)), default="info", show_default=True,
               help="Report only findings of this severity or a worse one.")
 @click.option("--first", type=click.IntRange(min=1), default=3, show_default=True,
-              help="First occurrences shown per rule (rich report).")
+              help="First occurrences shown per rule (text report).")
 @click.option("--strict", is_flag=True, help="Show every finding as the spec judges it, without marking the "
               "deviations RabbitMQ accepts as quirks.")  # fmt: skip
 def validate(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], show_credentials: bool, fmt: str,
-             fail_on: str, min_severity: str, first: int, strict: bool) -> None:  # fmt: skip
+             output: str | None, fail_on: str, min_severity: str, first: int, strict: bool) -> None:  # fmt: skip
     """Check AMQP in capture FILES against the spec: grammars, asserts, frame rules, semantic rules.
 
     Exit status: 0 no finding at or above --fail-on; 1 such findings exist; 2 usage or spec error;
@@ -94,41 +125,66 @@ def validate(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], s
 
     def run() -> int:
         codec = load_codec(spec)
+        keep = display_filter(codec)
         capture = CaptureRun(files, codec, options_from(ports, show_credentials, keep_bodies=False))
         validate_with(capture)
-        out = sys.stdout
-        chosen = fmt if fmt != "auto" else ("rich" if out.isatty() else "jsonl")
-        groups: dict[tuple[str, str, str | None], _Group] = {}
-        counts: dict[str, int] = {}
-        failing = False
-        quirks = 0
-        for ev in capture.events(kinds=("finding",)):
-            f: Finding = ev  # type: ignore[assignment]
-            # what the broker accepts is one table beside the rule ids (validate/findings.py)
-            tolerance = None if strict else tolerated(f)
-            quirk = tolerance.id if tolerance is not None else None
-            if not at_or_above(f.severity, min_severity):
-                continue
-            path = capture.stats[-1][0] if capture.stats else ""
-            counts[f.severity] = counts.get(f.severity, 0) + 1
-            quirks += quirk is not None
-            # a deviation the broker accepts does not fail a run (unless --strict)
-            failing = failing or (quirk is None and at_or_above(f.severity, fail_on))
-            if chosen == "jsonl":
-                # "quirk": the tolerance table's id, null for a finding RabbitMQ does not accept
-                out.write(dumps({**f.to_record(), "quirk": quirk, "file": path}) + "\n")
-                continue
-            g = groups.get((f.rule, f.severity, quirk))
-            if g is None:
-                g = groups[(f.rule, f.severity, quirk)] = _Group(f.rule, f.severity, f.code, quirk=quirk)
-            g.count += 1
-            if len(g.first) < first:
-                g.first.append((path, f))
-        if chosen == "rich":
-            ordered = sorted(groups.values(), key=lambda g: (g.quirk is not None, RANK[g.severity], -g.count, g.rule))
-            _render(out, ordered, counts, files, first, quirks)
-        if capture.exit_code:
-            return capture.exit_code
-        return EXIT_FINDINGS if failing else 0
+        out = open_output(output) if output else sys.stdout
+        try:
+            code = _run(capture, out, fmt, keep, fail_on, min_severity, first, strict)
+        finally:
+            if output:
+                out.close()
+        if output:
+            wrote(output, "the findings")
+        return code
 
     run_guarded(run)
+
+
+def _run(capture: CaptureRun, out: IO[str], fmt: str, keep: Predicate | None, fail_on: str, min_severity: str,
+         first: int, strict: bool) -> int:  # fmt: skip
+    """Read the findings of ``capture`` (those ``keep`` keeps) and write them in format ``fmt``."""
+    files = capture.files
+    chosen = fmt if fmt != "auto" else ("text" if out.isatty() else "jsonl")
+    groups: dict[tuple[str, str, str | None], _Group] = {}
+    counts: dict[str, int] = {}
+    everything: list[dict[str, Any]] = []  # json: one document
+    failing = False
+    quirks = 0
+    for ev in capture.events(kinds=("finding",)):
+        f: Finding = ev  # type: ignore[assignment]
+        if keep is not None and not keep(f.to_record()):
+            continue
+        # what the broker accepts is one table beside the rule ids (validate/findings.py)
+        tolerance = None if strict else tolerated(f)
+        quirk = tolerance.id if tolerance is not None else None
+        if not at_or_above(f.severity, min_severity):
+            continue
+        path = capture.stats[-1][0] if capture.stats else ""
+        counts[f.severity] = counts.get(f.severity, 0) + 1
+        quirks += quirk is not None
+        # a deviation the broker accepts does not fail a run (unless --strict)
+        failing = failing or (quirk is None and at_or_above(f.severity, fail_on))
+        if chosen in ("jsonl", "json"):
+            # "quirk": the tolerance table's id, null for a finding RabbitMQ does not accept
+            rec = {**f.to_record(), "quirk": quirk, "file": path}
+            if chosen == "jsonl":
+                out.write(dumps(rec) + "\n")
+            else:
+                everything.append(rec)
+            continue
+        g = groups.get((f.rule, f.severity, quirk))
+        if g is None:
+            g = groups[(f.rule, f.severity, quirk)] = _Group(f.rule, f.severity, f.code, quirk=quirk)
+        g.count += 1
+        if len(g.first) < first:
+            g.first.append((path, f))
+    if chosen == "text":
+        ordered = sorted(groups.values(), key=lambda g: (g.quirk is not None, RANK[g.severity], -g.count, g.rule))
+        _render(out, ordered, counts, files, first, quirks)
+    elif chosen == "json":
+        out.write(dumps({"findings": everything, "by_severity": counts, "quirks": quirks, "files": list(files),
+                         "summary": _summary_line(counts, quirks)}) + "\n")  # fmt: skip
+    if capture.exit_code:
+        return capture.exit_code
+    return EXIT_FINDINGS if failing else 0

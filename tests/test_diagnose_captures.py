@@ -127,7 +127,7 @@ def test_stats_starts_with_the_diagnosis(captures_dir: Path) -> None:
     assert ("login-refused", 5) in {(c["cause"], c["conn"]) for c in causes}
     clients = {c["conn"]: c["client"] for c in doc["connections"]}
     assert all(clients[c["conn"]] == c["client"] for c in causes)
-    text = CliRunner().invoke(cli, ["stats", "-T", "rich", files[0]]).output
+    text = CliRunner().invoke(cli, ["stats", "-T", "text", files[0]]).output
     assert text.startswith("Diagnosis") and text.index("publisher-blocked") < text.index("Capture")
 
 

@@ -306,8 +306,8 @@ def _cli(*args: str) -> Any:
 
 
 @pytest.mark.parametrize("args,message", [
-    (["-o", "DIR"], "-o/--out is for --format parquet"),
-    (["--format", "parquet"], "--format parquet needs -o DIR"),
+    (["--out-dir", "DIR"], "--out-dir is for --format parquet"),
+    (["--format", "parquet"], "--format parquet needs --out-dir DIR"),
     (["--format", "parquet", "-o", "DIR", "-Y", "basic.publish"], "-Y/--filter: not with --format parquet"),
     (["--format", "parquet", "-o", "DIR", "--show-credentials"], "--show-credentials: not with --format parquet"),
     (["--threads", "2"], "--threads is for --format parquet"),
@@ -322,7 +322,7 @@ def test_decode_parquet_usage_errors(tmp_path: Path, args: list[str], message: s
 def test_decode_parquet_unwritable_output_is_one_line(tmp_path: Path) -> None:
     sample = Path(__file__).resolve().parents[1] / "samples" / "confirms.pcap"
     (tmp_path / "file").write_text("not a directory")
-    res = _cli("decode", "--format", "parquet", "-o", str(tmp_path / "file" / "o"), str(sample))
+    res = _cli("decode", "--format", "parquet", "--out-dir", str(tmp_path / "file" / "o"), str(sample))
     assert res.exit_code == 2, res.output
     assert res.output.startswith("amqpscope: error: cannot write the tables under ") and res.output.count("\n") == 1
 

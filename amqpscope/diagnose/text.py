@@ -8,6 +8,8 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from ..output.wrap import print_hanging
+
 STYLE = {"critical": "bold red", "error": "red", "warning": "yellow", "notice": "blue"}
 
 
@@ -22,20 +24,29 @@ def cause_lines(i: int, d: dict[str, Any]) -> list[str]:
             f"    {escape(d['summary'])}", f"    [dim]broker: {escape(d['broker_action'])}[/]"]  # fmt: skip
 
 
+HANG = 4  # a cause's text starts after "NN. ": its lines wrap under it, not at column 0
+
+
+def print_cause(console: Console, i: int, d: dict[str, Any]) -> None:
+    """One cause, each of its lines wrapped with a hanging indent at the console's width."""
+    for line in cause_lines(i, d):
+        print_hanging(console, line, HANG)
+
+
 def render(console: Console, causes: list[dict[str, Any]], quirks: list[dict[str, Any]], title: str = "") -> None:
     if title:
         console.print(f"[bold]{title}[/]")
     if not causes:
         console.print("[green]nothing wrong[/]: no cause found" + (" (quirks below)" if quirks else ""))
     for i, d in enumerate(causes, 1):
-        for line in cause_lines(i, d):
-            console.print(line)
+        print_cause(console, i, d)
     if quirks:
-        console.print(f"[bold]quirks[/] (spec deviations the broker accepts; `validate --strict` lists them): "
-                      f"{sum(q['count'] for q in quirks)}")  # fmt: skip
+        print_hanging(console, f"[bold]quirks[/] (spec deviations the broker accepts; `validate --strict` lists "
+                               f"them): {sum(q['count'] for q in quirks)}", HANG)  # fmt: skip
         for q in quirks:
             where = f"{q['file']}: " if q.get("file") else ""
             n = len(q["connections"])
-            console.print(f"  {escape(where)}{escape(q['library'])}: {q['quirk']} ×{q['count']} on {n} "
-                          f"connection{'s' if n != 1 else ''} — {escape(q['summary'])} "
-                          f"[dim](first #{q['packets'][0]})[/]")  # fmt: skip
+            # "  " then the quirk; its continuation lines under the library name's text
+            print_hanging(console, f"  {escape(where)}{escape(q['library'])}: {q['quirk']} ×{q['count']} on {n} "
+                                   f"connection{'s' if n != 1 else ''} — {escape(q['summary'])} "
+                                   f"[dim](first #{q['packets'][0]})[/]", HANG)  # fmt: skip

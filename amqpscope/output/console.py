@@ -11,10 +11,12 @@ from rich.tree import Tree
 from ..events import Connection, Event, Finding, Frame, Gap, Malformed, Message, ProtocolHeader, Resync
 from .records import body_view
 from .summary import _fmt, summary
+from .wrap import print_hanging
 from .writers import Writer, clock
 
 _STYLE = {"c2s": "cyan", "s2c": "magenta"}
 _SEVERITY = {"violation": "bold red", "deviation": "yellow", "warning": "yellow", "info": "blue"}
+_HANG = len("00:00:00.000000 #0   C→S    ch0  ")
 
 
 class ConsoleWriter(Writer):
@@ -39,7 +41,11 @@ class ConsoleWriter(Writer):
             if view:
                 shown = view.get("text", view.get("hex", ""))
                 line += f"  [dim]{escape(repr(shown) if 'text' in view else shown)}[/]"
-        self.console.print(line, highlight=False, soft_wrap=True)
+        if self.console.is_terminal:
+            # wrapped under the summary, past the time, connection, direction and channel columns
+            print_hanging(self.console, line, _HANG)
+        else:
+            self.console.print(line, highlight=False, soft_wrap=True)  # a file or pipe: one line per event
         if self.verbose:
             tree = _tree(ev)
             if tree is not None:
