@@ -65,16 +65,17 @@ def _render(out: IO[str], groups: list[_Group], counts: dict[str, int], files: t
     if not groups:
         console.print("[green]no findings[/]: every connection follows the spec's grammars, asserts and rules")
         return
-    # the rule id is what a user copies (to look it up, to --fail-on…): never wrapped nor cut. Below
-    # OCCURRENCES_MIN columns for the occurrences, they go under the rule and the code into the severity
-    rule_w = max(len(g.rule) for g in groups)
-    sev_w = max(len("violation"), *(len(f"(quirk: {g.quirk})") for g in groups if g.quirk))
+    # the rule id is what a user copies (to look it up, to --fail-on…): never wrapped nor cut; the
+    # broker-tolerance id under it likewise. Below OCCURRENCES_MIN columns for the occurrences, they
+    # go under the rule, and the code under the severity
+    rule_w = max(max(len(g.rule), len(f"(quirk: {g.quirk})") if g.quirk else 0) for g in groups)
+    sev_w = len("violation")
     narrow = console.width - (16 + sev_w + rule_w + len("code") + len("count")) < OCCURRENCES_MIN
     table = Table(title="Findings by rule", title_justify="left", show_lines=True)
-    table.add_column("severity", no_wrap=True, overflow="fold")
+    table.add_column("severity", no_wrap=True, overflow="fold", min_width=sev_w)
     if narrow:
         table.add_column("rule, first occurrences", min_width=min(rule_w, console.width - sev_w - 15),
-                         overflow="fold")  # fmt: skip
+                         overflow="fold", ratio=1)  # fmt: skip
     else:
         table.add_column("rule", no_wrap=True, overflow="fold", min_width=rule_w)
         table.add_column("code", justify="right", no_wrap=True)
@@ -89,13 +90,13 @@ def _render(out: IO[str], groups: list[_Group], counts: dict[str, int], files: t
                 line += f"\n  [dim]↳ {escape(f.peer_reaction)}[/]"
             lines.append(line)
         style = _STYLE.get(g.severity, "white") if g.quirk is None else "dim"
-        label = g.severity if g.quirk is None else f"{g.severity}\n(quirk: {g.quirk})"
+        rule = g.rule if g.quirk is None else f"{g.rule}\n[dim](quirk: {g.quirk})[/]"
         code = "" if g.code is None else str(g.code)
         if narrow:
-            label += f"\ncode {code}" if code else ""
-            table.add_row(f"[{style}]{label}[/]", f"[bold]{g.rule}[/]\n" + "\n".join(lines), str(g.count))
+            label = g.severity + (f"\ncode {code}" if code else "")
+            table.add_row(f"[{style}]{label}[/]", f"[bold]{rule}[/]\n" + "\n".join(lines), str(g.count))
         else:
-            table.add_row(f"[{style}]{label}[/]", g.rule, code, str(g.count), "\n".join(lines))
+            table.add_row(f"[{style}]{g.severity}[/]", rule, code, str(g.count), "\n".join(lines))
     console.print(table)
     console.print(f"[bold]{_summary_line(counts, quirks)}[/] in {len(files)} file{'s' if several else ''}")
 

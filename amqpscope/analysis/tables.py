@@ -63,10 +63,11 @@ def _fit(cols: list[Col], cells: dict[str, list[str]], width: int) -> tuple[list
         return max([len(c.heading), *(len(v) for v in cells[c.key])])
 
     def minimum(c: Col) -> int:
+        heading_words = [len(w) for w in c.heading.split()]
         if c.ident or all(_is_number(v) for v in cells[c.key]):
-            return natural(c)
-        words = [len(w) for v in [c.heading, *cells[c.key]] for w in v.split()]
-        return max([min(natural(c), TEXT_MIN), *words])
+            return max([*heading_words, *(len(v) for v in cells[c.key])])  # the heading may wrap
+        words = [len(w) for v in cells[c.key] for w in v.split()]
+        return max([min(natural(c), TEXT_MIN), *heading_words, *words])
 
     kept = list(cols)
     while sum(minimum(c) for c in kept) + 3 * len(kept) + 1 > width and any(c.drop for c in kept):
@@ -74,8 +75,9 @@ def _fit(cols: list[Col], cells: dict[str, list[str]], width: int) -> tuple[list
         kept.remove([c for c in kept if c.drop == worst][-1])
     widths = [minimum(c) for c in kept]
     spare = width - sum(widths) - 3 * len(kept) - 1
-    for i, c in enumerate(kept):  # the wrapping columns grow back towards their natural width
-        grow = max(0, min(spare, natural(c) - widths[i]))
+    # the columns grow back towards their natural width, those nearest it first (fewer wrapped cells)
+    for i in sorted(range(len(kept)), key=lambda i: natural(kept[i]) - widths[i]):
+        grow = max(0, min(spare, natural(kept[i]) - widths[i]))
         widths[i] += grow
         spare -= grow
     return kept, widths
