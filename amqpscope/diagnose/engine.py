@@ -11,11 +11,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
-from ..events import S2C, Connection, Event, Finding
-from ..validate.findings import tolerated
-from . import closes, flow, ledger, network
+from ..events import C2S, S2C, Connection, Event, Finding
+from ..validate.findings import Tolerated, tolerance, tolerated
+from . import causality, closes, endings, flow, handshake, ledger, network
 from .facts import Collector, ConnFacts
 from .model import CONNECTION, Diagnosis, Quirk, Thresholds, ranked
+
+# findings about a close left without close-ok: whose doing it was is read from TCP (endings)
+_CLOSE_OK_MISSING = ("connection.close-ok.missing", "channel.close-ok.missing")
 
 MAX_QUIRK_PACKETS = 20
 
@@ -23,7 +26,7 @@ MAX_QUIRK_PACKETS = 20
 class Diagnoser:
     # the kinds of events feed looks at: a caller that makes Python events only for the diagnoser
     # (the Parquet diagnoses table, validate's quirk marks) asks the core for these alone
-    READS = frozenset({"frame", "message", "connection", "finding", "ledger"})
+    READS = frozenset({"frame", "message", "connection", "finding", "ledger", "protocol-header"})
 
     def __init__(self, thresholds: Thresholds | None = None) -> None:
         self.thresholds = thresholds or Thresholds()
@@ -38,20 +41,22 @@ class Diagnoser:
     def feed(self, ev: Event) -> list[Diagnosis]:
         """Take one event; returns the diagnoses it completed (for live output)."""
         t = type(ev)
-        if t is Finding and ev.conn in self._done:
-            return self._late(ev)  # type: ignore[arg-type]
-        self.col.feed(ev)
         if t is Finding:
-            self._quirk(ev)  # type: ignore[arg-type]
-        elif t is Connection and ev.state == "close":  # type: ignore[attr-defined]
+            if ev.conn in self._done:
+                return self._late(ev)  # type: ignore[arg-type]
+            if self._quirk(ev):  # type: ignore[arg-type]
+                return []  # a deviation the broker accepts is never a cause
+        self.col.feed(ev)
+        if t is Connection and ev.state == "close":  # type: ignore[attr-defined]
             return self._diagnose(ev.conn)
         return []
 
     def _late(self, f: Finding) -> list[Diagnosis]:
         """A finding about a connection already diagnosed (released when it ended)."""
-        self._quirk(f)
+        if self._quirk(f):
+            return []
         facts = self.col.conns.get(f.conn)
-        if f.severity != "violation" or facts is None:
+        if f.severity != "violation" or facts is None or handshake.opening(facts) is not None:
             return []
         facts.violations.append(f)
         found = network.protocol_errors(ConnFacts(facts.who, facts.start_ts, facts.start_packet, violations=[f]),
@@ -64,7 +69,7 @@ class Diagnoser:
             new += self._diagnose(conn)
         # a redelivery elsewhere can come after the releasing connection ended: judged at the end
         for r, d in ledger.requeued(self.col):
-            del self.col.released[(r.conn, r.channel)]
+            del self.col.released[(r.conn, r.channel, r.close_packet)]
             new += self._keep([d])
         return new
 
@@ -85,12 +90,13 @@ class Diagnoser:
     def quirk_list(self) -> list[Quirk]:
         return sorted(self.quirks.values(), key=lambda q: (q.library, -q.count, q.quirk))
 
-    def _quirk(self, f: Finding) -> None:
-        t = tolerated(f)
-        if t is None:
-            return
+    def _quirk(self, f: Finding) -> bool:
+        """Count ``f`` as a quirk when the broker accepts it; True when it is one."""
         facts = self.col.facts(f)
-        library = (facts.server or "the broker") if f.dir == S2C else facts.who.library()
+        t, side = self._tolerance(f, facts)
+        if t is None:
+            return False
+        library = (facts.server or "the broker") if side == S2C else facts.who.library()
         key = (t.id, library, self.file)
         q = self.quirks.get(key)
         if q is None:
@@ -100,6 +106,26 @@ class Diagnoser:
         q.connections.add(f.conn + self.offset)
         if len(q.packets) < MAX_QUIRK_PACKETS:
             q.packets.append(f.packet)
+        return True
+
+    @staticmethod
+    def _tolerance(f: Finding, facts: ConnFacts) -> tuple[Tolerated | None, str | None]:
+        """The tolerance entry of ``f`` and the side whose habit it is (c2s: the client's library),
+        judged with the frames and TCP where the finding alone cannot tell."""
+        answered = causality.answering(facts, f) is not None if f.severity == "violation" else None
+        t = tolerated(f, answered)
+        if t is None:
+            return None, None
+        if f.rule in _CLOSE_OK_MISSING and f.dir is not None:
+            closer = C2S if f.dir == S2C else S2C
+            if endings.close_ok_dropper(facts, closer):
+                # the side that sent the close dropped TCP before close-ok could come: its doing
+                return tolerance("close-then-drop"), closer
+        if f.rule == "connection.close.missing" and facts.tcp.known:
+            first = facts.tcp.first()
+            if first is not None and first[0] == S2C:
+                return None, None  # the broker ended TCP: not the client's habit (endings judges it)
+        return t, f.dir if f.dir is not None else C2S
 
     def _diagnose(self, conn: int) -> list[Diagnosis]:
         if conn in self._done:
@@ -117,12 +143,15 @@ class Diagnoser:
 
 def diagnose_connection(facts: ConnFacts, col: Collector, th: Thresholds) -> list[Diagnosis]:
     """Every cause of one finished connection (a pure function of its facts)."""
+    if handshake.opening(facts) is not None:
+        return handshake.handshake(facts)  # not AMQP 0-9-1: its bytes break no AMQP rule
+    causality.link(facts)
     found = closes.causes(facts, col)
     used = {id(f) for c in facts.closes for f in c.explained_by}
     found += flow.blocked(facts, th) + flow.cancelled(facts, col) + flow.returned(facts)
     found += ledger.stalled(facts, col, th) + ledger.poison(facts, th)
     explained = any(d.impact <= CONNECTION or d.channel is not None for d in found)
-    found += network.ended(facts, th, explained)
+    found += endings.ended(facts, th, explained) + handshake.handshake(facts)
     found += network.protocol_errors(facts, used)
     return found
 

@@ -10,10 +10,13 @@ pure functions.
 from __future__ import annotations
 
 import bisect
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
-from ..events import C2S, S2C, Connection, Event, Finding, Frame, Ledger, Message
+from ..dissect.spec import default_spec
+from ..events import C2S, S2C, Connection, Event, Finding, Frame, Ledger, Message, ProtocolHeader
 from .model import Who
 
 MAX_DELIVERIES = 100_000  # deliveries remembered per connection (the oldest forgotten first)
@@ -23,6 +26,70 @@ MAX_KEPT = 200  # packets, declarations and returns kept per connection (counts 
 CLOSED = ("channel closed", "connection closed")  # ledger release outcomes of a close
 MAX_LEDGER = 10_000  # ledger records kept per connection until it is diagnosed (those causes read)
 REQUEUED = ("nack", "reject")  # settle outcomes that can requeue
+MAX_SENT = 4096  # method frames remembered per connection by packet (what a finding's frame was)
+MAX_RECENT = 64  # the client's last methods per connection (what an asynchronous close answers)
+HANDSHAKE = frozenset({"connection.start", "connection.start-ok", "connection.secure", "connection.secure-ok",
+                       "connection.tune", "connection.tune-ok", "connection.open"})  # fmt: skip
+# the core's words for the sides of a TCP end, as directions: the side that sent the segment
+_SIDE = {"client": C2S, "server": S2C}
+
+
+@cache
+def sync_replies() -> dict[str, frozenset[str]]:
+    """Synchronous requests a client sends, with the replies that answer them (the spec's
+    ``<response>``): a request stays pending on its channel until one of them comes."""
+    out: dict[str, frozenset[str]] = {}
+    for c in default_spec().classes:
+        for m in c.methods:
+            if m.synchronous and m.responses and "client" in m.sent_by():
+                out[m.full_name] = frozenset(f"{c.name}.{r}" for r in m.responses)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class TcpEnd:
+    """How TCP ended, from the core's close event: the first FIN and the first RST, each with the
+    direction of the side that sent it (c2s: the client) and its packet."""
+
+    fin_by: str | None = None
+    fin_packet: int | None = None
+    rst_by: str | None = None
+    rst_packet: int | None = None
+
+    @classmethod
+    def of(cls, ev: Connection) -> TcpEnd:
+        # the fields are the core's (fin_by/fin_packet/rst_by/rst_packet); older cores lack them
+        fin, rst = getattr(ev, "fin_by", None), getattr(ev, "rst_by", None)
+        return cls(_SIDE.get(fin) if fin else None, getattr(ev, "fin_packet", None),
+                   _SIDE.get(rst) if rst else None, getattr(ev, "rst_packet", None))  # fmt: skip
+
+    @property
+    def known(self) -> bool:
+        return self.fin_by is not None or self.rst_by is not None
+
+    def first(self) -> tuple[str, str, int] | None:
+        """(direction, "fin" | "rst", packet) of the segment that ended TCP first."""
+        ends = [(p, how, d) for d, how, p in ((self.fin_by, "fin", self.fin_packet), (self.rst_by, "rst",
+                self.rst_packet)) if d is not None and p is not None]  # fmt: skip
+        if not ends:
+            return None
+        p, how, d = min(ends)
+        return d, how, p
+
+    def answer(self) -> tuple[str, str, int] | None:
+        """The other side's FIN or RST after the first one (its reaction), when there is one."""
+        first = self.first()
+        if first is None:
+            return None
+        for d, how, p in ((self.rst_by, "rst", self.rst_packet), (self.fin_by, "fin", self.fin_packet)):
+            if d is not None and p is not None and d != first[0] and p > first[2]:
+                return d, how, p
+        return None
+
+    def record(self) -> dict[str, Any]:
+        side = {C2S: "client", S2C: "broker"}
+        return {"fin_by": side.get(self.fin_by or ""), "fin_packet": self.fin_packet,
+                "rst_by": side.get(self.rst_by or ""), "rst_packet": self.rst_packet}  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -38,9 +105,12 @@ class Close:
     packet: int
     ts: float
     opened: bool  # the connection was open (open-ok seen) when it came
-    request: Frame | None = None  # the client's last method on that channel before a server close
+    # a server close: the client's request it answers (causality.request: the pending synchronous
+    # request on that channel, or the frame of the method the close names); None when none fits
+    request: Frame | None = None
     earlier: Declare | None = None  # when ``request`` redeclares an entity: its first declaration
-    explained_by: list[Finding] = field(default_factory=list)  # violation findings of the peer on it
+    explained_by: list[Finding] = field(default_factory=list)  # violation findings it answers
+    ok_packet: int | None = None  # the peer's close-ok
 
 
 @dataclass(slots=True)
@@ -91,16 +161,19 @@ class Cancelled:
 
 @dataclass(slots=True)
 class Released:
-    """Deliveries of one channel released by its close, and where they came back."""
+    """Deliveries of one channel released by one close, and where they came back (the same queue
+    and the same body, delivered again with redelivered=true)."""
 
     conn: int
     channel: int
     outcome: str
+    close_packet: int
     packets: list[int] = field(default_factory=list)
     first: float = 0.0
     count: int = 0
     held_s: float = 0.0  # the longest a released delivery had been held unacked
     redelivered: list[tuple[int, int | None, int, float]] = field(default_factory=list)  # (conn, ch, packet, ts)
+    queues: set[str] = field(default_factory=set)  # the queues the released deliveries came from
 
 
 class Published:
@@ -167,14 +240,32 @@ class ConnFacts:
     requeues: dict[str, Requeues] = field(default_factory=dict)  # body sha256 → its requeueing settles
     # (channel, delivery tag) → (body sha256, routing key, exchange) of its deliveries (bounded):
     # how ledger entries, which name tags, are tied to a message across redeliveries
-    delivered: dict[tuple[int, int], tuple[str, str, str]] = field(default_factory=dict)
-    last_request: dict[int, Frame] = field(default_factory=dict)  # channel → the client's last method
+    # (queue or None, body sha256, routing key, exchange) by (channel, delivery tag)
+    delivered: dict[tuple[int, int], tuple[str | None, str, str, str]] = field(default_factory=dict)
+    pending: dict[int, Frame] = field(default_factory=dict)  # channel → the client's unanswered sync request
+    recent: deque[Frame] = field(default_factory=lambda: deque(maxlen=MAX_RECENT))  # the client's last methods
+    # (dir, channel, packet) → (class id, method id) of the methods in it: what a finding was about
+    sent: OrderedDict[tuple[str, int, int], set[tuple[int, int]]] = field(default_factory=OrderedDict)
     consumers: dict[tuple[int, str], str] = field(default_factory=dict)  # (channel, tag) → queue
     pending_consume: dict[int, str] = field(default_factory=dict)  # channel → queue of a consume awaiting ok
+    pending_get: dict[int, str] = field(default_factory=dict)  # channel → queue of a basic.get awaiting its answer
+    header: str | None = None  # the client's protocol header version ("0-9-1", "1.0", …)
+    header_packet: int | None = None
+    server_header: str | None = None  # the broker's protocol header (its answer to an unsupported one)
+    stage_packet: int | None = None  # the packet of ``stage``
     ended: str | None = None  # the Connection close event's "ended"
     end_ts: float | None = None
     end_packet: int | None = None
+    tcp: TcpEnd = field(default_factory=TcpEnd)
+    opening: str | None = None  # what a connection that never spoke AMQP 0-9-1 started with (the core's)
+    syn_seen: bool = True  # the capture has the connection's start (else its first bytes are not known)
+    bytes_c2s: int = 0  # the client's stream bytes
     open_at_end: set[int] = field(default_factory=set)
+
+    @property
+    def was_open(self) -> bool:
+        """connection.open-ok seen, or the capture started after the handshake (frames, none of it)."""
+        return self.opened or (self.stage is None and self.header is None and bool(self.last_frame))
 
 
 def _text(v: Any) -> str:
@@ -199,9 +290,10 @@ class Collector:
         self.deleted: dict[tuple[str, str], Declare] = {}
         self.vhost: dict[int, str] = {}
         self.published = Published()
-        # released by a close, by body hash: waiting to be seen redelivered (unacked-requeued)
-        self.released: dict[tuple[int, int], Released] = {}  # (conn, channel) → its releases
-        self._released_bodies: dict[str, tuple[int, int]] = {}  # body sha256 → (conn, channel)
+        # released by a close, waiting to be seen redelivered (unacked-requeued): by (conn, channel,
+        # the close's packet), and the same by (vhost, queue, body sha256) of each released delivery
+        self.released: dict[tuple[int, int, int], Released] = {}
+        self._released_bodies: dict[tuple[str, str, str], tuple[int, int, int]] = {}
 
     def facts(self, ev: Event) -> ConnFacts:
         f = self.conns.get(ev.conn)
@@ -221,9 +313,18 @@ class Collector:
             self._message(ev)  # type: ignore[arg-type]
         elif t is Ledger:
             self._ledger(ev)  # type: ignore[arg-type]
+        elif t is ProtocolHeader:
+            self._header(ev)  # type: ignore[arg-type]
 
     def published_between(self, queue: str, since: float, until: float) -> int:
         return self.published.between(queue, since, until)
+
+    def _header(self, ev: ProtocolHeader) -> None:
+        f = self.facts(ev)
+        if ev.dir == S2C:
+            f.server_header = ev.version
+        elif f.header is None:
+            f.header, f.header_packet = ev.version, ev.packet
 
     def _message(self, ev: Message) -> None:
         args = ev.args
@@ -234,17 +335,21 @@ class Collector:
         if ev.method not in ("basic.deliver", "basic.get-ok") or ev.body_sha256 is None:
             return
         f = self.facts(ev)
+        ch = ev.channel or 0
+        if ev.method == "basic.deliver":
+            queue = f.consumers.get((ch, _text(args.get("consumer_tag"))))
+        else:
+            queue = f.pending_get.pop(ch, None)
         if len(f.delivered) >= MAX_DELIVERIES:
             del f.delivered[next(iter(f.delivered))]
-        f.delivered[(ev.channel or 0, _int(args.get("delivery_tag")))] = (
-            ev.body_sha256, _text(args.get("routing_key")), _text(args.get("exchange")))
-        if args.get("redelivered"):
-            where = self._released_bodies.get(ev.body_sha256)
-            if where is not None and where != (ev.conn, ev.channel or 0):
-                r = self.released[where]
-                if len(r.redelivered) < MAX_KEPT:
-                    r.redelivered.append((ev.conn, ev.channel, ev.packet, ev.ts))
-                del self._released_bodies[ev.body_sha256]  # one redelivery proves it
+        f.delivered[(ch, _int(args.get("delivery_tag")))] = (
+            queue, ev.body_sha256, _text(args.get("routing_key")), _text(args.get("exchange")))
+        if args.get("redelivered") and queue is not None:
+            # a redelivery follows its queue: the same body from another queue is another message
+            where = self._released_bodies.pop((self.vhost.get(ev.conn, "/"), queue, ev.body_sha256), None)
+            r = self.released.get(where) if where is not None else None
+            if r is not None and len(r.redelivered) < MAX_KEPT:
+                r.redelivered.append((ev.conn, ev.channel, ev.packet, ev.ts))
 
     def _ledger(self, ev: Ledger) -> None:
         """Keep the records causes read, aggregated where they can be many (settles)."""
@@ -261,27 +366,31 @@ class Collector:
         if entry != "release" or ev.outcome not in CLOSED:
             return
         ch = ev.channel or 0
-        body = f.delivered.get((ch, ev.tag or 0))
-        r = self.released.get((ev.conn, ch))
+        delivered = f.delivered.get((ch, ev.tag or 0))
+        key = (ev.conn, ch, ev.packet)
+        r = self.released.get(key)
         if r is None:
-            r = self.released[(ev.conn, ch)] = Released(ev.conn, ch, ev.outcome, first=ev.ts)
+            r = self.released[key] = Released(ev.conn, ch, ev.outcome or "", ev.packet, first=ev.ts)
         r.count += 1
         r.held_s = max(r.held_s, ev.duration or 0.0)
         if len(r.packets) < MAX_KEPT:
             r.packets.append(ev.packet)
-        if body is not None and len(self._released_bodies) < MAX_RELEASED:
-            self._released_bodies[body[0]] = (ev.conn, ch)
+        if delivered is None or delivered[0] is None:
+            return  # its delivery (or the queue it came from) was not seen
+        r.queues.add(delivered[0])
+        if len(self._released_bodies) < MAX_RELEASED:
+            self._released_bodies[(self.vhost.get(ev.conn, "/"), delivered[0], delivered[1])] = key
 
     def _requeue(self, f: ConnFacts, ev: Ledger) -> None:
         ch = ev.channel or 0
         body = f.delivered.get((ch, ev.tag or 0))
         if body is None:
             return  # its delivery was not seen (before the capture, after a gap)
-        r = f.requeues.get(body[0])
+        r = f.requeues.get(body[1])
         if r is None:
             if len(f.requeues) >= MAX_DELIVERIES:
                 return
-            r = f.requeues[body[0]] = Requeues(ch, body[1], ev, ev)
+            r = f.requeues[body[1]] = Requeues(ch, body[2], ev, ev)
         r.count += 1
         r.last = ev
         r.outcomes.add(ev.outcome or "")
@@ -301,19 +410,22 @@ class Collector:
             f.server = f"{ev.server_product} {ev.server_version or ''}".strip()
         if ev.state == "close":
             f.ended, f.end_ts, f.end_packet = ev.ended, ev.ts, ev.packet
+            f.tcp = TcpEnd.of(ev)
+            f.opening = getattr(ev, "opening", None)
+            f.syn_seen, f.bytes_c2s = ev.syn_seen, ev.bytes_c2s
             f.open_at_end = set(f.open_channels)
+            vhost = self.vhost.get(ev.conn, "/")
+            # its exclusive queues went with it: a later declaration of the name starts afresh
+            for key in [k for k, d in self.declared.items() if d.conn == ev.conn and k[0] == vhost
+                        and d.args.get("exclusive")]:  # fmt: skip
+                del self.declared[key]
 
     def _finding(self, ev: Finding) -> None:
         f = self.facts(ev)
         if ev.severity == "violation":
+            # which close answers it is judged from the frames when the connection is diagnosed
+            # (causality.link), not from the finding's peer_reaction text
             f.violations.append(ev)
-            # a violation the peer answered with a close explains that close (the validator names
-            # the close's packet in peer_reaction; it comes after the close frame in the stream)
-            for c in reversed(f.closes):
-                if c.channel in (ev.channel, 0) and c.by != ev.dir and c.packet >= ev.packet \
-                        and ev.peer_reaction and f"at packet {c.packet}" in ev.peer_reaction:
-                    c.explained_by.append(ev)
-                    break
         elif ev.rule == "heartbeat.silence":
             f.silences.append(ev)
 
@@ -328,11 +440,30 @@ class Collector:
             return
         args = ev.args or {}
         ch = ev.channel or 0
-        if d == C2S and method not in ("basic.ack", "basic.nack", "basic.reject", "channel.close-ok"):
-            f.last_request[ch] = ev
-        if method.startswith("connection.") and not f.opened:
-            f.stage = method
-        if method == "connection.start-ok":
+        if ev.class_id is not None and ev.method_id is not None:
+            at = (d, ch, ev.packet)
+            ids = f.sent.get(at)
+            if ids is None:
+                if len(f.sent) >= MAX_SENT:
+                    f.sent.popitem(last=False)
+                ids = f.sent[at] = set()
+            ids.add((ev.class_id, ev.method_id))
+        if d == C2S:
+            f.recent.append(ev)
+            if method in sync_replies() and not args.get("nowait"):
+                f.pending[ch] = ev
+        else:
+            p = f.pending.get(ch)
+            if p is not None and method in sync_replies().get(p.method or "", ()):
+                del f.pending[ch]
+        if method in HANDSHAKE and not f.opened:
+            f.stage, f.stage_packet = method, ev.packet
+        if method == "connection.start" and d == S2C:
+            props = args.get("server_properties") or {}
+            product = _text(props.get("product"))
+            if product:
+                f.server = f"{product} {_text(props.get('version'))}".strip()
+        elif method == "connection.start-ok":
             props = args.get("client_properties") or {}
             w = f.who
             f.who = Who(conn=w.conn, client=w.client, product=_text(props.get("product")) or w.product,
@@ -349,22 +480,20 @@ class Collector:
             f.confirm_channels.discard(ch)  # a reopened channel number starts without confirms
         elif method == "channel.close-ok":
             f.open_channels.discard(ch)
+            f.pending.pop(ch, None)
+            for c in reversed(f.closes):
+                if c.channel == ch and c.by != d and c.ok_packet is None:
+                    c.ok_packet = ev.packet
+                    break
+        elif method == "connection.close-ok":
+            for c in reversed(f.closes):
+                if c.channel == 0 and c.by != d and c.ok_packet is None:
+                    c.ok_packet = ev.packet
+                    break
         elif method == "confirm.select-ok":
             f.confirm_channels.add(ch)
         elif method in ("connection.close", "channel.close"):
-            c = Close(channel=ch if method == "channel.close" else 0, by=d, code=_int(args.get("reply_code")),
-                      text=_text(args.get("reply_text")), class_id=_int(args.get("class_id")),
-                      method_id=_int(args.get("method_id")), packet=ev.packet, ts=ev.ts, opened=f.opened,
-                      request=f.last_request.get(ch) if d == S2C else None)  # fmt: skip
-            req = c.request
-            if req is not None and req.method in ("queue.declare", "exchange.declare"):
-                # looked up now: the entity may be deleted and declared afresh before the connection ends
-                ra = req.args or {}
-                name = _text(ra.get("queue" if req.method == "queue.declare" else "exchange"))
-                c.earlier = self.earlier_declaration(Declare(req.conn, req.channel or 0, req.method, name, dict(ra),
-                                                             req.packet, req.ts))  # fmt: skip
-            if len(f.closes) < MAX_KEPT:
-                f.closes.append(c)
+            self._close(f, ev, method, d, ch, args)
         elif method in ("queue.declare", "exchange.declare") and d == C2S:
             name = _text(args.get("queue" if method == "queue.declare" else "exchange"))
             dec = Declare(ev.conn, ch, method, name, dict(args), ev.packet, ev.ts)
@@ -379,6 +508,10 @@ class Collector:
                 del self.declared[key]  # a later declaration starts afresh
         elif method == "basic.consume" and d == C2S:
             f.pending_consume[ch] = _text(args.get("queue"))
+        elif method == "basic.get" and d == C2S:
+            f.pending_get[ch] = _text(args.get("queue"))
+        elif method == "basic.get-empty":
+            f.pending_get.pop(ch, None)
         elif method == "basic.consume-ok":
             if ch in f.pending_consume:
                 f.consumers[(ch, _text(args.get("consumer_tag")))] = f.pending_consume.pop(ch)
@@ -415,7 +548,43 @@ class Collector:
             if len(b.publish_packets) < MAX_KEPT:
                 b.publish_packets.append(ev.packet)
 
+    def _close(self, f: ConnFacts, ev: Frame, method: str, d: str, ch: int, args: dict[str, Any]) -> None:
+        c = Close(channel=ch if method == "channel.close" else 0, by=d, code=_int(args.get("reply_code")),
+                  text=_text(args.get("reply_text")), class_id=_int(args.get("class_id")),
+                  method_id=_int(args.get("method_id")), packet=ev.packet, ts=ev.ts, opened=f.opened)  # fmt: skip
+        if d == S2C:
+            c.request = request_of(f, c)
+        req = c.request
+        if req is not None and req.method in ("queue.declare", "exchange.declare"):
+            # looked up now: the entity may be deleted and declared afresh before the connection ends
+            ra = req.args or {}
+            name = _text(ra.get("queue" if req.method == "queue.declare" else "exchange"))
+            c.earlier = self.earlier_declaration(Declare(req.conn, req.channel or 0, req.method, name, dict(ra),
+                                                         req.packet, req.ts))  # fmt: skip
+        if len(f.closes) < MAX_KEPT:
+            f.closes.append(c)
+
     def earlier_declaration(self, d: Declare) -> Declare | None:
         """The first declaration of the same entity in the same vhost, when it is another frame."""
         first = self.declared.get((self.vhost.get(d.conn, "/"), d.method, d.name))
         return first if first is not None and first.packet != d.packet else None
+
+
+def request_of(f: ConnFacts, c: Close) -> Frame | None:
+    """The client's request a server close answers, or None: never merely the last frame.
+
+    A close that names a method (class and method id) answers the pending synchronous request of
+    that method on its channel (any channel for connection.close: channel.open past channel_max),
+    else the client's latest frame of that method there (an asynchronous one: basic.publish,
+    basic.ack). A close naming no method answers the channel's pending request, if any."""
+    ids = (c.class_id, c.method_id)
+    if c.class_id == 0:
+        return f.pending.get(c.channel) if c.channel else None
+
+    def fits(fr: Frame) -> bool:
+        return (fr.class_id, fr.method_id) == ids and (c.channel == 0 or (fr.channel or 0) == c.channel)
+
+    pending = [p for p in f.pending.values() if fits(p)]
+    if pending:
+        return max(pending, key=lambda p: p.packet)
+    return next((fr for fr in reversed(f.recent) if fits(fr)), None)

@@ -1,18 +1,16 @@
 """Causes read from the core's ledger events: consumer-stalled, poison-message, unacked-requeued.
 
 The ledger (``crates/amqpscope-core/src/ledger``) is the one record of delivery tags, settles and
-releases; nothing here replays acks. A message is recognised across redeliveries by the SHA-256
-of its body (the ``message`` event of its delivery), the only identity a capture offers.
+releases; nothing here replays acks. A redelivered message is recognised by the queue it comes
+from and the SHA-256 of its body (the ``message`` event of its delivery): the same body from
+another queue is another message.
 """
 
 from __future__ import annotations
 
 from .facts import CLOSED, Collector, ConnFacts, Released
 from .model import Diagnosis, Thresholds, make
-
-
-def _s(n: int, one: str, many: str) -> str:
-    return f"{n} {one if n == 1 else many}"
+from .model import plural as _s
 
 
 def _consumer(facts: ConnFacts, channel: int) -> tuple[str, str | None]:
@@ -44,13 +42,14 @@ def stalled(facts: ConnFacts, col: Collector, th: Thresholds) -> list[Diagnosis]
                 else "; the capture shows no message published to its queue meanwhile")  # fmt: skip
         rel = (f"; its {_s(len(released), 'unacked delivery was', 'unacked deliveries were')} released when "
                f"the {(released[0].outcome or 'channel').split()[0]} closed" if released else "")  # fmt: skip
+        at = f" of {_s(limit, 'unacked delivery', 'unacked deliveries')}" if limit else ""
         packets = [ev.packet, *[r.packet for r in released[:20]], *[r.ref_packet for r in released[:20]
                                                                       if r.ref_packet is not None]]  # fmt: skip
         out.append(make("consumer-stalled", who, channel=ch, packets=packets, since=since, until=ev.ts,
                         severity=None if waiting else "notice",
                         summary=f"{name} of {who.phrase()} sat at its prefetch limit"
-                        f"{f' of {limit}' if limit else ''} unacked deliveries for {duration:.1f} s without "
-                        f"settling any{wait}{rel}",
+                        f"{at} for "
+                        f"{duration:.1f} s without settling any{wait}{rel}",
                         broker_action="sent it nothing beyond its prefetch: the messages stayed queued"
                         + (" until the close requeued its deliveries" if released else ""),
                         details={"duration_s": round(duration, 6), "prefetch": limit, "queue": queue,
@@ -82,7 +81,8 @@ def poison(facts: ConnFacts, th: Thresholds) -> list[Diagnosis]:
 
 
 def requeued(col: Collector) -> list[tuple[Released, Diagnosis]]:
-    """Deliveries released by a close and seen redelivered on another channel or connection."""
+    """Deliveries released by a close and seen again, from the same queue with the same body and
+    redelivered=true, on any channel (the same connection's included)."""
     out = []
     for r in col.released.values():
         if not r.redelivered:
@@ -92,18 +92,25 @@ def requeued(col: Collector) -> list[tuple[Released, Diagnosis]]:
             continue
         who = facts.who
         name, queue = _consumer(facts, r.channel)
-        others = sorted({f"connection {c} channel {ch}" if c != r.conn else f"channel {ch}"
+        if queue is None and len(r.queues) == 1:
+            queue = next(iter(r.queues))
+            name = f"the deliveries from queue '{queue}' on channel {r.channel}"
+        others = sorted({f"connection {c} channel {ch}" if c != r.conn else f"channel {ch} of the same connection"
                          for c, ch, _, _ in r.redelivered})  # fmt: skip
         last = max(ts for *_, ts in r.redelivered)
         packets = r.packets[:20] + [p for _, _, p, _ in r.redelivered[:20]]
+        queues = ", ".join(f"'{q}'" for q in sorted(r.queues))
         d = make("unacked-requeued", who, channel=r.channel, packets=packets, since=r.first, until=last,
                  summary=f"{_s(r.count, 'delivery', 'deliveries')} of {name} of {who.phrase()}, unacked when "
-                 f"its {r.outcome.split()[0]} closed (held up to {r.held_s:.1f} s), were requeued and "
-                 f"{_s(len(r.redelivered), 'was', 'were')} redelivered to {', '.join(others[:5])}: if the first "
-                 "consumer had acted on them, they are processed twice",
+                 f"its {r.outcome.split()[0]} closed (held up to {r.held_s:.1f} s), went back to queue"
+                 f"{'s' if len(r.queues) != 1 else ''} {queues} and {_s(len(r.redelivered), 'was', 'were')} "
+                 f"redelivered to {', '.join(others[:5])}: if the first consumer had acted on them, they are "
+                 "processed twice; make handlers idempotent and ack promptly",
                  broker_action=f"requeued the released deliveries and redelivered {len(r.redelivered)} with "
                  "redelivered=true",
                  details={"released": r.count, "redelivered": len(r.redelivered), "queue": queue,
-                          "outcome": r.outcome})  # fmt: skip
+                          "queues": sorted(r.queues), "outcome": r.outcome, "close_packet": r.close_packet,
+                          "redelivered_to": sorted({(c, ch) for c, ch, _, _ in r.redelivered},
+                                                   key=lambda x: (x[0], x[1] or 0))})  # fmt: skip
         out.append((r, d))
     return out

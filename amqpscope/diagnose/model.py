@@ -26,8 +26,12 @@ CAUSES: dict[str, tuple[int, str]] = {
     "heartbeat-timeout": (CONNECTION, CRITICAL),
     "connection-closed": (CONNECTION, CRITICAL),
     "connection-lost": (CONNECTION, CRITICAL),
+    "client-closed-tcp": (CONNECTION, WARNING),
+    "handshake-aborted": (CONNECTION, ERROR),
+    "not-amqp": (CONNECTION, WARNING),
     "access-refused": (CHANNEL, ERROR),
     "precondition-failed": (CHANNEL, ERROR),
+    "inequivalent-redeclaration": (CHANNEL, ERROR),
     "ack-timeout": (CHANNEL, ERROR),
     "channel-closed": (CHANNEL, ERROR),
     "client-protocol-error": (CHANNEL, ERROR),
@@ -39,6 +43,11 @@ CAUSES: dict[str, tuple[int, str]] = {
     "unroutable": (LOST, WARNING),
     "unacked-requeued": (LOST, WARNING),
 }
+
+
+def plural(n: int, one: str, many: str) -> str:
+    """'1 delivery' / '2 deliveries': the count with the word that agrees with it."""
+    return f"{n} {one if n == 1 else many}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -119,7 +119,8 @@ def _spec_rules(spec: Spec):  # type: ignore[no-untyped-def]
 class Tolerated:
     """A spec deviation the broker accepts: findings of ``rules`` (whose message contains
     ``contains``, when given) are quirks, not causes. ``when="unanswered"`` narrows it further: only
-    when the peer did not close in reaction."""
+    when the peer did not close in reaction; ``when="never"``: never chosen from the finding alone
+    (``diagnose`` picks it by id, with ``tolerance``, when the frames around it decide)."""
 
     id: str
     rules: tuple[str, ...]
@@ -129,7 +130,8 @@ class Tolerated:
     when: str | None = None
 
 
-_OBSERVED = "observed: RabbitMQ 3.10.8 on the wire (../shared/captures, reference/broker-behaviour.md)"
+# Each source names the broker version and the behaviour that shows it accepts the deviation.
+_RABBITMQ = "RabbitMQ 3.10"
 
 # The one table of broker tolerance, beside the rule ids above; `validate` marks these findings as
 # quirks and `diagnose` counts them per client library instead of reporting causes.
@@ -137,47 +139,72 @@ BROKER_TOLERATES: tuple[Tolerated, ...] = (
     Tolerated("empty-reply-text",
               ("channel.close.reply-text.assert-notnull", "connection.close.reply-text.assert-notnull"),
               "empty reply text on channel.close/connection.close",
-              f"{_OBSERVED}: close-ok follows (s03 AMQPStorm, s13 py-amqp, s14 aiormq); rabbit_channel and "
-              "rabbit_reader only log the client's reply text"),
+              f"{_RABBITMQ} answers with close-ok and only logs the client's reply text (seen with AMQPStorm, "
+              "py-amqp and aiormq)"),
     Tolerated("reply-code-zero",
               ("channel.close.reply-code.assert-notnull", "connection.close.reply-code.assert-notnull"),
               "reply code 0 on a normal channel.close/connection.close",
-              f"{_OBSERVED}: close-ok follows (pika channel.close, AMQPStorm and py-amqp connection.close)"),
+              f"{_RABBITMQ} answers with close-ok (seen with pika's channel.close, AMQPStorm's and py-amqp's "
+              "connection.close)"),
     Tolerated("reply-code-zero", ("close.reply-code",), "reply code 0 on a normal close",
-              f"{_OBSERVED}: close-ok follows", contains="reply code 0,"),
+              f"{_RABBITMQ} answers with close-ok", contains="reply code 0,"),
     Tolerated("out-of-band-zero", ("field.reserved",), "'0' instead of an empty string in channel.open's "
-              "reserved out-of-band field", f"{_OBSERVED}: channel.open-ok follows (pamqp: AMQPStorm, aio-pika); "
-              "rabbit_channel ignores the field", contains="channel.open reserved-1"),
+              "reserved out-of-band field", f"{_RABBITMQ} ignores the field and answers with channel.open-ok "
+              "(seen with pamqp: AMQPStorm, aio-pika)", contains="channel.open reserved-1"),
     Tolerated("insist-bit", ("field.reserved",), "the insist bit set in connection.open",
-              f"{_OBSERVED}: connection.open-ok follows (pika, rabbitmq-c); rabbit_reader ignores insist",
+              f"{_RABBITMQ} ignores insist and answers with connection.open-ok (seen with pika, rabbitmq-c)",
               contains="connection.open reserved-2"),
     Tolerated("empty-locale", ("connection.start-ok.locale.validity",), "an empty locale in connection.start-ok",
-              "rabbit_reader never checks the locale (streadway/amqp sends an empty one)", contains="locale ''"),
+              f"{_RABBITMQ} never checks the locale and goes on with connection.tune (streadway/amqp sends an "
+              "empty one)", contains="locale ''"),
+    Tolerated("unknown-locale", ("connection.start-ok.locale.validity",),
+              "a locale in connection.start-ok that the broker did not offer",
+              f"{_RABBITMQ} never checks the locale and goes on with connection.tune", when="unanswered"),
     Tolerated("frame-max-overrun", ("frame.max-size",), "body frames a little over the negotiated frame-max",
-              f"{_OBSERVED}: RabbitMQ checks frame size against its own frame_max with slack (AMQPStorm)",
-              when="unanswered"),
+              f"{_RABBITMQ} checks frame sizes against its own frame_max with some slack and reads them "
+              "(seen with AMQPStorm)", when="unanswered"),
+    Tolerated("channel-above-max", ("frame.channel-max",), "a channel number above the negotiated channel-max",
+              f"{_RABBITMQ} counts open channels, not channel numbers: it answers with channel.open-ok while "
+              "fewer than channel_max channels are open", when="unanswered"),
     Tolerated("close-ok-not-sent", ("connection.close-ok.missing", "channel.close-ok.missing"),
               "the client drops TCP instead of answering the broker's close with close-ok",
-              f"{_OBSERVED}: the broker closes the socket anyway (pika after 403/530/320, rabbitmq-c after "
+              f"{_RABBITMQ} closes the socket anyway (seen with pika after 403/530/320, rabbitmq-c after a "
               "channel.close 403)"),
+    # the same findings when TCP shows that the side that sent the close dropped the socket before
+    # the answer could come: ``diagnose`` picks it by id (the finding alone cannot tell)
+    Tolerated("close-then-drop", ("connection.close-ok.missing", "channel.close-ok.missing"),
+              "the client drops TCP right after its own close, before the broker's close-ok",
+              f"{_RABBITMQ} answers the client's FIN with RST (it closes sockets with linger 0) and frees the "
+              "connection (seen with aiormq)", when="never"),
     Tolerated("tcp-close-without-close", ("connection.close.missing",),
               "the client ends TCP without connection.close after closing its channels",
-              f"{_OBSERVED}: RabbitMQ logs 'client unexpectedly closed TCP connection' and frees the connection "
-              "(s02 pika)", contains="with no channel open"),
+              f"{_RABBITMQ} logs 'client unexpectedly closed TCP connection', answers the FIN with RST (linger 0) "
+              "and frees the connection (seen with pika)", contains="with no channel open"),
     Tolerated("close-during-handshake", ("connection.close.handshake",),
               "the broker sends connection.close during the handshake instead of closing the socket",
-              "rabbit_reader: clients announcing authentication_failure_close get a connection.close "
-              "(RabbitMQ's extension of the spec)"),
+              f"{_RABBITMQ} sends connection.close to clients announcing authentication_failure_close (its "
+              "extension of the spec)"),
 )  # fmt: skip
 
 
-def tolerated(f: Finding) -> Tolerated | None:
+def tolerance(quirk: str) -> Tolerated:
+    """The table entry of a quirk id (for a quirk chosen by more than the finding, close-then-drop)."""
+    return next(t for t in BROKER_TOLERATES if t.id == quirk)
+
+
+def tolerated(f: Finding, answered: bool | None = None) -> Tolerated | None:
     """The table entry that makes finding ``f`` a quirk, or None: the finding alone decides (the
-    core's messages carry what an entry needs, e.g. whether channels were open at a TCP close)."""
+    core's messages carry what an entry needs, e.g. whether channels were open at a TCP close).
+    ``answered``: whether the peer's close answered the finding, when the caller judged it from the
+    frames (``diagnose`` does: a close with another code on another request answers nothing);
+    otherwise the finding's own ``peer_reaction`` says."""
     for t in BROKER_TOLERATES:
-        if f.rule not in t.rules or (t.contains is not None and t.contains not in f.message):
+        if t.when == "never" or f.rule not in t.rules or (t.contains is not None and t.contains not in f.message):
             continue
-        if t.when == "unanswered" and f.peer_reaction is not None and "no close" not in f.peer_reaction:
-            continue
+        if t.when == "unanswered":
+            if answered is None:
+                answered = f.peer_reaction is not None and "no close" not in f.peer_reaction
+            if answered:
+                continue
         return t
     return None

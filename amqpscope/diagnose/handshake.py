@@ -1,0 +1,147 @@
+"""Connections that ended before connection.open-ok, and TCP connections on the AMQP port that
+never spoke AMQP 0-9-1: the stage reached, who ended it, and what that stage's end usually means.
+
+A broker's connection.close with an error code during the handshake is its own cause
+(``closes``: login-refused, access-refused to a vhost); this module judges the rest from the last
+handshake method seen and the TCP end (first FIN/RST and by whom).
+"""
+
+from __future__ import annotations
+
+from ..events import C2S, S2C
+from .endings import PARTY, segment, tcp_details
+from .facts import ConnFacts
+from .model import NOTICE, WARNING, Diagnosis, make
+
+# the core's ``opening`` (what a connection that never spoke 0-9-1 started with), as words
+OPENINGS = {
+    "amqp-1.0": "an AMQP 1.0 protocol header: an AMQP 1.0 client (Qpid Proton, an Azure Service Bus or "
+                "ActiveMQ client) on a 0-9-1 port; RabbitMQ 3.10 speaks 1.0 only with the rabbitmq_amqp1_0 plugin",
+    "amqp-0-10": "an AMQP 0-10 protocol header: a Qpid client of the 0-10 protocol, which RabbitMQ does not speak",
+    "amqp-other": "an AMQP protocol header of a version RabbitMQ does not speak",
+    "tls": "a TLS handshake (AMQPS): a TLS client on this port, or a TLS listener captured without its keys "
+           "(what it carried is not seen)",
+    "http": "an HTTP request: a browser, a health check or a management API client pointed at the AMQP port "
+            "(the management UI listens on 15672)",
+    "other": "bytes that are not AMQP: another protocol pointed at the AMQP port",
+    "nothing": "nothing at all: a port probe or a TCP health check (a load balancer's), or a client that gave "
+               "up before speaking",
+}  # fmt: skip
+# a client protocol header that names another protocol, for events of an older core (no ``opening``)
+_HEADER_OPENINGS = {"1.0": "amqp-1.0", "0-10": "amqp-0-10"}
+
+
+def opening(facts: ConnFacts) -> str | None:
+    """What a connection that never spoke AMQP 0-9-1 started with, or None. The core says so
+    (``opening``); for events without it: a header of another protocol, or, for a connection whose
+    start is in the capture, no AMQP at all (nothing sent, or bytes that were not AMQP)."""
+    if facts.opening is not None:
+        return facts.opening
+    if facts.header is not None:
+        return _HEADER_OPENINGS.get(facts.header)
+    if facts.opened or facts.stage is not None or not facts.syn_seen or facts.last_frame or facts.end_ts is None:
+        return None
+    return "nothing" if facts.bytes_c2s == 0 else "other"
+
+# stage reached → (its name, why the client ends there, why the broker ends there)
+STAGES: dict[str | None, tuple[str, str, str]] = {
+    None: ("before the protocol header",
+           "it gave up before speaking (a connect timeout, a TCP health check)",
+           "the listener refused the connection (a connection limit, the node shutting down)"),
+    "header": ("after the protocol header",
+               "it gave up waiting for connection.start (its connect timeout) or expected TLS",
+               "the listener refused the connection before connection.start (a connection limit, a TLS-only "
+               "listener, the node shutting down)"),
+    "connection.start": ("after connection.start",
+                         "none of the offered mechanisms or locales suits it, it checked the server's properties "
+                         "and gave up, or its own handshake timeout passed",
+                         "the client did not answer connection.start within the broker's handshake_timeout "
+                         "(10 s by default)"),
+    "connection.start-ok": ("after connection.start-ok",
+                            "its own timeout waiting for the broker passed",
+                            "a refused login by a client that did not announce authentication_failure_close"),
+    "connection.secure": ("after connection.secure",
+                          "it cannot answer the authentication challenge",
+                          "the client did not answer the challenge within the handshake_timeout"),
+    "connection.secure-ok": ("after connection.secure-ok",
+                             "its own timeout waiting for the broker passed",
+                             "the challenge's answer was refused (a failed login)"),
+    "connection.tune": ("after connection.tune",
+                        "it does not accept the broker's frame_max, channel_max or heartbeat, or its own "
+                        "timeout passed",
+                        "the client did not answer connection.tune within the handshake_timeout"),
+    "connection.tune-ok": ("after connection.tune-ok",
+                           "it gave up before sending connection.open",
+                           "tune-ok values it refuses (a frame_max below its minimum or above its offer), or no "
+                           "connection.open within the handshake_timeout"),
+    "connection.open": ("after connection.open",
+                        "it gave up waiting for connection.open-ok (its own timeout)",
+                        "a virtual host that does not exist or the user may not use (RabbitMQ usually says so "
+                        "with connection.close 530), or a node shutting down"),
+}  # fmt: skip
+
+
+def handshake(facts: ConnFacts) -> list[Diagnosis]:
+    """not-amqp, login-refused (a TCP close after start-ok) or handshake-aborted, for a connection
+    that never reached connection.open-ok."""
+    if facts.was_open or facts.end_ts is None or facts.ended not in ("fin", "rst", "connection.close"):
+        return []  # open, or still going when the capture ended
+    started = opening(facts)
+    if started is not None:
+        return [_not_amqp(facts, started)]
+    if any(c.channel == 0 and c.by == S2C and c.code not in (0, 200) for c in facts.closes):
+        return []  # the broker said why (closes: login-refused, access-refused, connection-closed)
+    if facts.stage is None and facts.header is None and not facts.syn_seen:
+        return []  # the capture started after whatever this connection said
+    stage = facts.stage if facts.stage is not None else ("header" if facts.header is not None else None)
+    name, client_why, broker_why = STAGES.get(stage, (f"after {stage}", "", ""))
+    who, tcp = facts.who, facts.tcp
+    closed = next((c for c in facts.closes if c.channel == 0), None)
+    first = tcp.first()
+    at = facts.stage_packet if facts.stage_packet is not None else facts.header_packet
+    packets = [p for p in (at,) if p is not None]
+    if closed is not None:
+        by, how = closed.by, f"sent connection.close {closed.code} (packet {closed.packet})"
+        packets.append(closed.packet)
+    elif first is not None:
+        by, how = first[0], f"{'closed' if first[1] == 'fin' else 'reset'} TCP ({segment(first[1], first[2])})"
+        packets.append(first[2])
+    else:
+        by, how = None, f"ended the connection ({facts.ended})"
+        packets += [facts.end_packet] if facts.end_packet is not None else []
+    if by in (S2C, None) and stage in ("connection.start-ok", "connection.secure-ok") and closed is None:
+        return [make("login-refused", who, channel=None, packets=packets, since=facts.start_ts, until=facts.end_ts,
+                     summary=f"{who.phrase()}: the broker {how} right after {stage}: a refused login by a client "
+                     "that did not announce authentication_failure_close; check the credentials and the auth "
+                     "mechanism", broker_action=f"{how} without connection.close",
+                     details=tcp_details(tcp, "client", stage=stage))]  # fmt: skip
+    party = PARTY.get(by or "", "unknown")
+    why = client_why if by == C2S else broker_why if by == S2C else f"{client_why}; or {broker_why}"
+    ender = "the client" if by == C2S else "the broker" if by == S2C else "one side"
+    action = how if by == S2C else "nothing: the client ended it" if by == C2S else how
+    return [make("handshake-aborted", who, channel=None, packets=packets, since=facts.start_ts, until=facts.end_ts,
+                 severity=WARNING if by == C2S else None,
+                 summary=f"the handshake of {who.phrase()} ended {name}: {ender} {how}"
+                 + (f"; likely {why}" if why else ""), broker_action=action,
+                 details=tcp_details(tcp, party, stage=stage or "none", ended_by=party))]  # fmt: skip
+
+
+def _not_amqp(facts: ConnFacts, started: str) -> Diagnosis:
+    who = facts.who
+    what = OPENINGS.get(started, OPENINGS["other"])
+    first = facts.tcp.first()
+    packets = [p for p in (facts.header_packet,) if p is not None]
+    if first is not None:
+        packets.append(first[2])
+        end = f"; {PARTY[first[0]]} ended it ({segment(first[1], first[2])})"
+    else:
+        end = ""
+    answer = f"answered with its own protocol header (AMQP {facts.server_header})" if facts.server_header else ""
+    if first is not None and first[0] == S2C:
+        closing = f"{'closed' if first[1] == 'fin' else 'reset'} the connection ({segment(first[1], first[2])})"
+        answer = f"{answer} and {closing}" if answer else closing
+    return make("not-amqp", who, channel=None, packets=packets or [facts.start_packet], since=facts.start_ts,
+                until=facts.end_ts or facts.start_ts, severity=NOTICE if started in ("nothing", "tls") else None,
+                summary=f"a TCP connection from {who.client or 'an unknown client'} to the AMQP port never spoke "
+                f"AMQP 0-9-1: it started with {what}{end}",
+                broker_action=answer or "nothing seen", details=tcp_details(facts.tcp, "client", opening=started))  # fmt: skip
