@@ -347,6 +347,11 @@ def test_details_of_the_recorded_causes(recordings: dict[str, Recording]) -> Non
     assert pre.details["differs"] == ["x-max-length 10 → 20"]
     heartbeat = recordings["heartbeat-timeout"].found[0]
     assert heartbeat.details["silent"] == "client" and heartbeat.details["silence_s"] > 2.0
+    assert heartbeat.details["blamed"] == "client" and "the client of" not in heartbeat.summary
+    if heartbeat.details["tcp"]["rst_by"] is not None:  # a core that reports who ended TCP
+        # the broker reset the silent client: it acted, the client did not close TCP
+        assert heartbeat.details["acted"] == "broker" and heartbeat.details["tcp"]["rst_by"] == "broker"
+        assert heartbeat.details["tcp"]["rst_packet"] in heartbeat.packets
     assert "diag-heartbeat" in heartbeat.summary and "Pika" in heartbeat.summary
     cancelled = recordings["consumer-cancelled"].found[0]
     assert cancelled.details["queue"] == "diag.doomed" and "connection 1" in cancelled.summary
@@ -354,6 +359,8 @@ def test_details_of_the_recorded_causes(recordings: dict[str, Recording]) -> Non
     assert "channel_max (2)" in limit.summary
     lost = recordings["connection-lost"].found[0]
     assert lost.details["open_channels"] == [1] and lost.details["ended"] == "rst"
+    if lost.details["tcp"]["rst_by"] is not None:  # the killed client reset TCP itself
+        assert lost.details["blamed"] == "client" and lost.details["tcp"]["rst_by"] == "client"
     stalled = recordings["consumer-stalled"].found[0]
     assert stalled.details["prefetch"] == 3 and stalled.details["duration_s"] > 1.0
     # the first three publishes filled its prefetch; the other 17 waited
@@ -382,7 +389,8 @@ def test_sniff_shows_a_cause_as_it_happens(rabbitmq: PrivateBroker, tmp_path: Pa
     assert rc == 0
     recs = s.records()
     d = next(r for r in recs if r.get("kind") == "diagnosis")
-    close = next(r for r in recs if r.get("method") == "connection.close" and r["conn"] == d["conn"])
+    close = next((r for r in recs if r.get("method") == "connection.close" and r["conn"] == d["conn"]), None)
+    assert close is not None, [r for r in recs if r.get("kind") in ("diagnosis", "connection")]
     assert close["packet"] in d["packets"] and d["client"].startswith("127.0.0.1:")
     assert ", 1 causes;" in s.stderr  # the final summary line counts it
 

@@ -172,6 +172,7 @@ def test_client_fin_without_close_is_named_and_cites_the_fin(tcp_facts: dict[int
     d = only(diagnose(s, tcp_facts)[0])
     fin, rst = tcp_facts[0].fin_packet, tcp_facts[0].rst_packet
     assert d.cause == "client-closed-tcp" and d.severity == "warning" and d.details["blamed"] == "client"
+    assert d.details["amqp_close"] is None and d.details["tcp"]["fin_by"] == "client"
     assert fin in d.packets and rst in d.packets
     assert f"FIN, packet {fin}" in d.summary and "2 channels were open (1, 2)" in d.summary
     assert f"RST (packet {rst})" in d.broker_action and "linger 0" in d.summary
@@ -464,6 +465,7 @@ def test_client_close_during_handshake(tcp_facts: dict[int, TcpEnd]) -> None:
     s.close("connection.close")
     d = only(diagnose(s, tcp_facts)[0])
     assert d.cause == "handshake-aborted" and close in d.packets and "sent connection.close 530" in d.summary
+    assert d.details["amqp_close"] == {"by": "client", "packet": close, "close_ok_packet": None}
 
 
 def test_amqp_1_0_header_is_not_amqp(tcp_facts: dict[int, TcpEnd]) -> None:
@@ -542,3 +544,40 @@ def test_words_have_no_reprs_or_broken_plurals() -> None:
     assert "x-message-ttl 1000 → not set" in text and "durable not set → true" in text
     assert "1 unacked deliveries" not in text and "1 unacked delivery" in text
     assert "client of client" not in text
+
+
+def test_locked_queue_whose_declaration_is_not_seen_claims_no_holder() -> None:
+    s = Script()
+    s.open()
+    req = s.frame(C2S, 1, "queue.declare", queue="theirs", exclusive=False)
+    s.frame(S2C, 1, "channel.close", reply_code=405, class_id=50, method_id=10,
+            reply_text="RESOURCE_LOCKED - cannot obtain exclusive access to locked queue 'theirs' in vhost '/'.")
+    s.finding("queue.declare.exclusive.exclusive", req, C2S, 1, 405,
+              message="queue.declare refused with 405: declared exclusive by another connection")
+    s.frame(C2S, 1, "channel.close-ok")
+    s.close("fin")
+    c = only(diagnose(s)[0])
+    assert c.cause == "channel-closed" and c.details["refusal"] == "exclusive-locked" and req in c.packets
+    assert "not in the capture" in c.summary and "another connection or" in c.summary
+
+
+def test_login_refused_cites_the_credentials() -> None:
+    s = Script()
+    s.events.append(Connection(packet=s._next()[0], ts=s.ts, conn=0, state="open", client=CLIENT, server=SERVER))
+    s.header(C2S, "0-9-1")
+    s.frame(S2C, 0, "connection.start", server_properties={"product": "RabbitMQ", "version": "3.10.8"})
+    start_ok = s.frame(C2S, 0, "connection.start-ok", client_properties={"product": "pika"}, mechanism="PLAIN")
+    close = s.frame(S2C, 0, "connection.close", reply_code=403, class_id=0, method_id=0,
+                    reply_text="ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN.")
+    s.close("connection.close")
+    c = only(diagnose(s)[0])
+    assert c.cause == "login-refused" and {start_ok, close} <= set(c.packets) and c.details["blamed"] == "client"
+
+
+def test_capture_started_mid_connection_is_no_handshake_ending() -> None:
+    s = Script()
+    s.events.append(Connection(packet=s._next()[0], ts=s.ts, conn=0, state="open", client=CLIENT, server=SERVER,
+                               syn_seen=False))  # fmt: skip
+    s.frame(C2S, 1, "basic.publish", exchange="", routing_key="q")
+    s.close("fin")
+    assert diagnose(s)[0] == []

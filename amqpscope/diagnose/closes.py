@@ -90,6 +90,8 @@ def _diagnose(facts: ConnFacts, col: Collector, c: Close) -> Diagnosis | None:
 
     if c.channel == 0 and c.code == 403 and not c.opened:
         advice = "check the credentials and the auth mechanism (`rabbitmqctl authenticate_user`)"
+        if c.request is None and facts.stage in ("connection.start-ok", "connection.secure-ok"):
+            packets.append(facts.stage_packet or c.packet)  # the credentials it refuses
         return make("login-refused", who, channel=None, packets=packets, since=since, until=end,
                     summary=f"{who.phrase()}: the broker refused the login of{user or ' the client'} "
                     f"({c.text or code_name(c.code)}) before connection.open; {advice}", broker_action=action,
@@ -110,6 +112,16 @@ def _diagnose(facts: ConnFacts, col: Collector, c: Close) -> Diagnosis | None:
         same = _same_holder(c)
         if same is not None:
             return _inequivalent(facts, c, same, packets, action, base)
+        if c.earlier is None:
+            # the first declaration is not in the capture: the broker's words leave both open (a
+            # holder elsewhere, or its own redeclaration with another flag), so no rule is claimed
+            return make("channel-closed", who, channel=ch, packets=packets, since=since, until=end,
+                        summary=f"{who.phrase()}: the broker closed channel {ch} with {code_name(c.code)}"
+                        f"{_request(c)}: the queue is locked, declared exclusive by another connection or "
+                        f"with another exclusive flag (its first declaration is not in the capture); "
+                        f"{reading.advice}", broker_action=action,
+                        details={**base, "advice": reading.advice, "refusal": reading.kind.value,
+                                 "blamed": "client"})  # fmt: skip
     if reading is not None and reading.kind not in (Refusal.EXCLUSIVE, Refusal.LOGIN) and c.code in (403, 530):
         where = f" on channel {ch}" if ch else ""
         return make("access-refused", who, channel=ch, packets=packets, since=since, until=end,

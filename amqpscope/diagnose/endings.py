@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..events import C2S, S2C
-from .facts import ConnFacts, TcpEnd
+from .facts import ConnFacts
 from .model import Diagnosis, Thresholds, make, plural
 
 PARTY = {C2S: "client", S2C: "broker"}
@@ -28,8 +28,16 @@ def segment(how: str, packet: int) -> str:
     return f"{how.upper()}, packet {packet}"
 
 
-def tcp_details(tcp: TcpEnd, blamed: str, **more: Any) -> dict[str, Any]:
-    return {"blamed": blamed, "tcp": tcp.record(), **more}
+def ending(facts: ConnFacts) -> dict[str, Any]:
+    """How a connection ended, as plain data: its AMQP close (who sent connection.close, at which
+    packet, and the close-ok's packet or None) and its TCP end (first FIN and RST, by whom)."""
+    close = next((c for c in facts.closes if c.channel == 0), None)
+    amqp = None if close is None else {"by": PARTY[close.by], "packet": close.packet, "close_ok_packet": close.ok_packet}
+    return {"amqp_close": amqp, "tcp": facts.tcp.record()}
+
+
+def tcp_details(facts: ConnFacts, blamed: str, **more: Any) -> dict[str, Any]:
+    return {"blamed": blamed, **ending(facts), **more}
 
 
 def ended(facts: ConnFacts, th: Thresholds, explained: bool) -> list[Diagnosis]:
@@ -62,7 +70,10 @@ def heartbeat(facts: ConnFacts, th: Thresholds, first: tuple[str, str, int] | No
     end, who = facts.end_ts, facts.who
     limit = th.heartbeat_factor * facts.heartbeat
     for d in (C2S, S2C):
-        last = _silent(facts, d, limit, end)
+        # a reset by the other side is its timeout acting: RabbitMQ checks once per interval, so
+        # the silence it acts on can be a little under the factor's limit as the capture times it
+        slack = 0.9 if first is not None and first[0] != d and first[1] == "rst" else 1.0
+        last = _silent(facts, d, limit * slack, end)
         if last is None or (first is not None and first[0] == d):
             continue  # the silent side ending TCP itself is no timeout of the other's
         actor = PARTY[other(d)]
@@ -73,9 +84,9 @@ def heartbeat(facts: ConnFacts, th: Thresholds, first: tuple[str, str, int] | No
             act = "ended TCP" + (f" (packet {facts.end_packet})" if facts.end_packet is not None else "")
             packets = [last[1]] + ([facts.end_packet] if facts.end_packet is not None else [])
         silent = who.phrase() if d == C2S else f"the broker, talking to {who.phrase()},"
-        summary = (f"{silent} sent nothing for {end - last[0]:.1f} s (its last frame: packet {last[1]}), more than "
-                   f"{th.heartbeat_factor:g} × the negotiated heartbeat of {facts.heartbeat} s; the {actor} then "
-                   f"{act} without connection.close"
+        summary = (f"{silent} sent nothing for {end - last[0]:.1f} s (its last frame: packet {last[1]}) with a "
+                   f"negotiated heartbeat of {facts.heartbeat} s (a timeout of {th.heartbeat_factor:g} × "
+                   f"{facts.heartbeat} s); the {actor} then {act} without connection.close"
                    + ("; check for a blocked event loop or thread in the client (pika's BlockingConnection "
                       "sends heartbeats only while it processes events), long GC pauses, the network"
                       if d == C2S else "; check the broker's load and the network"))  # fmt: skip
@@ -83,7 +94,7 @@ def heartbeat(facts: ConnFacts, th: Thresholds, first: tuple[str, str, int] | No
             else "kept sending heartbeats until the client ended the connection"  # fmt: skip
         return make("heartbeat-timeout", who, channel=None, packets=packets, since=last[0], until=end,
                     summary=summary, broker_action=action,
-                    details=tcp_details(facts.tcp, PARTY[d], silent=PARTY[d], acted=actor,
+                    details=tcp_details(facts, PARTY[d], silent=PARTY[d], acted=actor,
                                         silence_s=round(end - last[0], 6),
                                         heartbeat_s=facts.heartbeat))  # fmt: skip
     return None
@@ -130,7 +141,7 @@ def _client_closed(facts: ConnFacts, fin: int) -> Diagnosis:
                 summary=f"{who.phrase()} closed TCP (FIN, packet {fin}) without connection.close while {open_}"
                 f"{reply}; check that the client closes its connections (connection.close) before it drops the "
                 "socket or exits", broker_action=action,
-                details=tcp_details(tcp, "client", open_channels=chans[:100]))  # fmt: skip
+                details=tcp_details(facts, "client", open_channels=chans[:100]))  # fmt: skip
 
 
 def _lost(facts: ConnFacts, by: str, how: str, packet: int) -> Diagnosis:
@@ -151,7 +162,7 @@ def _lost(facts: ConnFacts, by: str, how: str, packet: int) -> Diagnosis:
         action = f"{verb} TCP ({segment(how, packet)}) without connection.close"
     return make("connection-lost", who, channel=None, packets=[last[1], packet], since=last[0],
                 until=facts.end_ts or last[0], summary=summary, broker_action=action,
-                details=tcp_details(facts.tcp, PARTY[by], ended=facts.ended, open_channels=chans[:100]))  # fmt: skip
+                details=tcp_details(facts, PARTY[by], ended=facts.ended, open_channels=chans[:100]))  # fmt: skip
 
 
 def _lost_unknown(facts: ConnFacts) -> list[Diagnosis]:
@@ -168,7 +179,7 @@ def _lost_unknown(facts: ConnFacts) -> list[Diagnosis]:
                  f"{open_}; which side ended it first is not in the events: a crashed client, a killed process "
                  "or the network", broker_action="nothing on the wire; it drops the connection's channels, "
                  "requeueing their unacked deliveries",
-                 details=tcp_details(facts.tcp, "unknown", ended=facts.ended, open_channels=chans[:100]))]  # fmt: skip
+                 details=tcp_details(facts, "unknown", ended=facts.ended, open_channels=chans[:100]))]  # fmt: skip
 
 
 def close_ok_dropper(facts: ConnFacts, closer: str) -> bool | None:

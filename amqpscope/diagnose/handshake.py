@@ -114,7 +114,7 @@ def handshake(facts: ConnFacts) -> list[Diagnosis]:
                      summary=f"{who.phrase()}: the broker {how} right after {stage}: a refused login by a client "
                      "that did not announce authentication_failure_close; check the credentials and the auth "
                      "mechanism", broker_action=f"{how} without connection.close",
-                     details=tcp_details(tcp, "client", stage=stage))]  # fmt: skip
+                     details=tcp_details(facts, "client", stage=stage))]  # fmt: skip
     party = PARTY.get(by or "", "unknown")
     why = client_why if by == C2S else broker_why if by == S2C else f"{client_why}; or {broker_why}"
     ender = "the client" if by == C2S else "the broker" if by == S2C else "one side"
@@ -123,7 +123,7 @@ def handshake(facts: ConnFacts) -> list[Diagnosis]:
                  severity=WARNING if by == C2S else None,
                  summary=f"the handshake of {who.phrase()} ended {name}: {ender} {how}"
                  + (f"; likely {why}" if why else ""), broker_action=action,
-                 details=tcp_details(tcp, party, stage=stage or "none", ended_by=party))]  # fmt: skip
+                 details=tcp_details(facts, party, stage=stage or "none", ended_by=party))]  # fmt: skip
 
 
 def _not_amqp(facts: ConnFacts, started: str) -> Diagnosis:
@@ -144,4 +144,4 @@ def _not_amqp(facts: ConnFacts, started: str) -> Diagnosis:
                 until=facts.end_ts or facts.start_ts, severity=NOTICE if started in ("nothing", "tls") else None,
                 summary=f"a TCP connection from {who.client or 'an unknown client'} to the AMQP port never spoke "
                 f"AMQP 0-9-1: it started with {what}{end}",
-                broker_action=answer or "nothing seen", details=tcp_details(facts.tcp, "client", opening=started))  # fmt: skip
+                broker_action=answer or "nothing seen", details=tcp_details(facts, "client", opening=started))  # fmt: skip
