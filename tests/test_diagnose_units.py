@@ -581,3 +581,20 @@ def test_capture_started_mid_connection_is_no_handshake_ending() -> None:
     s.frame(C2S, 1, "basic.publish", exchange="", routing_key="q")
     s.close("fin")
     assert diagnose(s)[0] == []
+
+
+@pytest.mark.parametrize("first_fails", [True, False])
+def test_pipelined_requests_the_close_answers_the_oldest_unanswered(first_fails: bool) -> None:
+    s = Script()
+    s.open()
+    one = s.frame(C2S, 1, "queue.declare", queue="one", passive=True)
+    two = s.frame(C2S, 1, "queue.declare", queue="two", passive=True)
+    if not first_fails:
+        s.frame(S2C, 1, "queue.declare-ok", queue="one", message_count=0, consumer_count=0)
+    missing = "one" if first_fails else "two"
+    s.frame(S2C, 1, "channel.close", reply_code=404, class_id=50, method_id=10,
+            reply_text=f"NOT_FOUND - no queue '{missing}' in vhost '/'")  # fmt: skip
+    s.frame(C2S, 1, "channel.close-ok")
+    s.close("fin")
+    c = only(diagnose(s)[0])
+    assert c.details["request_packet"] == (one if first_fails else two) and f"'{missing}'" in c.summary

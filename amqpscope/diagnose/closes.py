@@ -91,7 +91,9 @@ def _diagnose(facts: ConnFacts, col: Collector, c: Close) -> Diagnosis | None:
     if c.channel == 0 and c.code == 403 and not c.opened:
         advice = "check the credentials and the auth mechanism (`rabbitmqctl authenticate_user`)"
         if c.request is None and facts.stage in ("connection.start-ok", "connection.secure-ok"):
-            packets.append(facts.stage_packet or c.packet)  # the credentials it refuses
+            # the credentials it refuses: the refusal lasted from them to the close (RabbitMQ waits)
+            packets.append(facts.stage_packet or c.packet)
+            since = facts.stage_ts or since
         return make("login-refused", who, channel=None, packets=packets, since=since, until=end,
                     summary=f"{who.phrase()}: the broker refused the login of{user or ' the client'} "
                     f"({c.text or code_name(c.code)}) before connection.open; {advice}", broker_action=action,

@@ -242,7 +242,8 @@ class ConnFacts:
     # how ledger entries, which name tags, are tied to a message across redeliveries
     # (queue or None, body sha256, routing key, exchange) by (channel, delivery tag)
     delivered: dict[tuple[int, int], tuple[str | None, str, str, str]] = field(default_factory=dict)
-    pending: dict[int, Frame] = field(default_factory=dict)  # channel → the client's unanswered sync request
+    # channel → the client's unanswered synchronous requests, oldest first (the broker answers in order)
+    pending: dict[int, deque[Frame]] = field(default_factory=dict)
     recent: deque[Frame] = field(default_factory=lambda: deque(maxlen=MAX_RECENT))  # the client's last methods
     # (dir, channel, packet) → (class id, method id) of the methods in it: what a finding was about
     sent: OrderedDict[tuple[str, int, int], set[tuple[int, int]]] = field(default_factory=OrderedDict)
@@ -253,6 +254,7 @@ class ConnFacts:
     header_packet: int | None = None
     server_header: str | None = None  # the broker's protocol header (its answer to an unsupported one)
     stage_packet: int | None = None  # the packet of ``stage``
+    stage_ts: float | None = None
     ended: str | None = None  # the Connection close event's "ended"
     end_ts: float | None = None
     end_packet: int | None = None
@@ -451,13 +453,16 @@ class Collector:
         if d == C2S:
             f.recent.append(ev)
             if method in sync_replies() and not args.get("nowait"):
-                f.pending[ch] = ev
+                waiting = f.pending.get(ch)
+                if waiting is None:
+                    waiting = f.pending[ch] = deque(maxlen=MAX_RECENT)
+                waiting.append(ev)
         else:
-            p = f.pending.get(ch)
-            if p is not None and method in sync_replies().get(p.method or "", ()):
-                del f.pending[ch]
+            waiting = f.pending.get(ch)
+            if waiting and method in sync_replies().get(waiting[0].method or "", ()):
+                waiting.popleft()
         if method in HANDSHAKE and not f.opened:
-            f.stage, f.stage_packet = method, ev.packet
+            f.stage, f.stage_packet, f.stage_ts = method, ev.packet, ev.ts
         if method == "connection.start" and d == S2C:
             props = args.get("server_properties") or {}
             product = _text(props.get("product"))
@@ -579,12 +584,15 @@ def request_of(f: ConnFacts, c: Close) -> Frame | None:
     basic.ack). A close naming no method answers the channel's pending request, if any."""
     ids = (c.class_id, c.method_id)
     if c.class_id == 0:
-        return f.pending.get(c.channel) if c.channel else None
+        waiting = f.pending.get(c.channel) if c.channel else None
+        return waiting[0] if waiting else None
 
     def fits(fr: Frame) -> bool:
         return (fr.class_id, fr.method_id) == ids and (c.channel == 0 or (fr.channel or 0) == c.channel)
 
-    pending = [p for p in f.pending.values() if fits(p)]
+    # the oldest unanswered request of that method: the broker answers a channel's requests in order
+    pending = [next(p for p in w if fits(p)) for ch, w in f.pending.items()
+               if (c.channel in (0, ch)) and any(fits(p) for p in w)]  # fmt: skip
     if pending:
-        return max(pending, key=lambda p: p.packet)
+        return min(pending, key=lambda p: p.packet)
     return next((fr for fr in reversed(f.recent) if fits(fr)), None)
