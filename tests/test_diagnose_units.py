@@ -598,3 +598,21 @@ def test_pipelined_requests_the_close_answers_the_oldest_unanswered(first_fails:
     s.close("fin")
     c = only(diagnose(s)[0])
     assert c.details["request_packet"] == (one if first_fails else two) and f"'{missing}'" in c.summary
+
+
+@pytest.mark.parametrize("broker_answered", [False, True])
+def test_tls_without_keys_is_not_a_cause_but_tls_on_a_plain_port_is(tcp_facts: dict[int, TcpEnd],
+                                                                    broker_answered: bool) -> None:  # fmt: skip
+    s = Script()
+    s.events.append(Connection(packet=s._next()[0], ts=s.ts, conn=0, state="open", client=CLIENT, server=SERVER,
+                               syn_seen=True))  # fmt: skip
+    if broker_answered:
+        s.header(S2C, "0-9-1")
+    tcp_facts[0] = s.close("fin", tcp=s.tcp(fin=C2S, rst=S2C), opening="tls")
+    if not _HAS_TCP:
+        pytest.skip("the event model has no opening field yet")
+    found = diagnose(s, tcp_facts)[0]
+    if broker_answered:
+        assert only(found).cause == "not-amqp" and "port without TLS" in found[0].summary
+    else:
+        assert found == []  # what it carried was not seen: blind.py reports it, not a fault

@@ -19,8 +19,7 @@ OPENINGS = {
                 "ActiveMQ client) on a 0-9-1 port; RabbitMQ 3.10 speaks 1.0 only with the rabbitmq_amqp1_0 plugin",
     "amqp-0-10": "an AMQP 0-10 protocol header: a Qpid client of the 0-10 protocol, which RabbitMQ does not speak",
     "amqp-other": "an AMQP protocol header of a version RabbitMQ does not speak",
-    "tls": "a TLS handshake (AMQPS): a TLS client on this port, or a TLS listener captured without its keys "
-           "(what it carried is not seen)",
+    "tls": "a TLS handshake (AMQPS) that the broker answered in plain AMQP: a TLS client on a port without TLS",
     "http": "an HTTP request: a browser, a health check or a management API client pointed at the AMQP port "
             "(the management UI listens on 15672)",
     "other": "bytes that are not AMQP: another protocol pointed at the AMQP port",
@@ -87,6 +86,8 @@ def handshake(facts: ConnFacts) -> list[Diagnosis]:
     if facts.was_open or facts.end_ts is None or facts.ended not in ("fin", "rst", "connection.close"):
         return []  # open, or still going when the capture ended
     started = opening(facts)
+    if started == "tls" and facts.server_header is None:
+        return []  # a TLS connection captured without its keys: not seen, not a fault (blind.py says so)
     if started is not None:
         return [_not_amqp(facts, started)]
     if any(c.channel == 0 and c.by == S2C and c.code not in (0, 200) for c in facts.closes):
@@ -141,7 +142,7 @@ def _not_amqp(facts: ConnFacts, started: str) -> Diagnosis:
         closing = f"{'closed' if first[1] == 'fin' else 'reset'} the connection ({segment(first[1], first[2])})"
         answer = f"{answer} and {closing}" if answer else closing
     return make("not-amqp", who, channel=None, packets=packets or [facts.start_packet], since=facts.start_ts,
-                until=facts.end_ts or facts.start_ts, severity=NOTICE if started in ("nothing", "tls") else None,
+                until=facts.end_ts or facts.start_ts, severity=NOTICE if started == "nothing" else None,
                 summary=f"a TCP connection from {who.client or 'an unknown client'} to the AMQP port never spoke "
                 f"AMQP 0-9-1: it started with {what}{end}",
                 broker_action=answer or "nothing seen", details=tcp_details(facts, "client", opening=started))  # fmt: skip
