@@ -616,3 +616,19 @@ def test_tls_without_keys_is_not_a_cause_but_tls_on_a_plain_port_is(tcp_facts: d
         assert only(found).cause == "not-amqp" and "port without TLS" in found[0].summary
     else:
         assert found == []  # what it carried was not seen: blind.py reports it, not a fault
+
+
+def test_channel_limit_without_method_ids_cites_the_pending_channel_open() -> None:
+    # RabbitMQ 3.10 sends class 0 / method 0 with this 530 (recorded with aiormq)
+    s = Script()
+    s.open(channels=(1,), channel_max=2047)
+    op = s.frame(C2S, 2048, "channel.open")
+    close = s.frame(S2C, 0, "connection.close", class_id=0, method_id=0, reply_code=530,
+                    reply_text="NOT_ALLOWED - number of channels opened (2047) has reached the negotiated channel_max "
+                    "(2047)")  # fmt: skip
+    s.finding("frame.channel-max", op, C2S, 2048, 504, message="channel 2048 is above the negotiated channel-max 2047")
+    s.frame(C2S, 0, "connection.close-ok")
+    s.close("connection.close")
+    found, d = diagnose(s)
+    c = only(found)
+    assert c.cause == "channel-limit" and set(c.packets) == {op, close} and d.quirk_list() == []

@@ -581,8 +581,13 @@ def request_of(f: ConnFacts, c: Close) -> Frame | None:
     A close that names a method (class and method id) answers the pending synchronous request of
     that method on its channel (any channel for connection.close: channel.open past channel_max),
     else the client's latest frame of that method there (an asynchronous one: basic.publish,
-    basic.ack). A close naming no method answers the channel's pending request, if any."""
+    basic.ack). A close naming no method answers the channel's pending request, if any (for the
+    connection: none, but the channel.open a channel_max refusal names in its text)."""
     ids = (c.class_id, c.method_id)
+    if c.class_id == 0 and c.channel == 0 and c.code == 530 and "channel_max" in c.text:
+        # RabbitMQ 3.10 names no method when a channel.open reaches channel_max: the text does
+        opens = [p for w in f.pending.values() for p in w if p.method == "channel.open"]
+        return max(opens, key=lambda p: p.packet) if opens else None
     if c.class_id == 0:
         waiting = f.pending.get(c.channel) if c.channel else None
         return waiting[0] if waiting else None

@@ -117,6 +117,8 @@ def handshake(facts: ConnFacts) -> list[Diagnosis]:
                      "mechanism", broker_action=f"{how} without connection.close",
                      details=tcp_details(facts, "client", stage=stage))]  # fmt: skip
     party = PARTY.get(by or "", "unknown")
+    # a client ending its own handshake is often its application giving up (a cancelled task, a test)
+    client_why = f"{client_why}, or the application abandoned the attempt" if client_why else client_why
     why = client_why if by == C2S else broker_why if by == S2C else f"{client_why}; or {broker_why}"
     ender = "the client" if by == C2S else "the broker" if by == S2C else "one side"
     action = how if by == S2C else "nothing: the client ended it" if by == C2S else how

@@ -53,10 +53,12 @@ def read(code: int, text: str) -> Reading | None:
                        "drop that call or name another exchange",
                        {"kind": "exchange", "name": ""})  # fmt: skip
     if m := _RESERVED.search(text):
-        return Reading(Refusal.RESERVED_PREFIX, f"{m.group(1)} name '{m.group(2)}' (reserved prefix 'amq.')",
-                       "names starting with 'amq.' are reserved for the broker whatever the user's permissions: "
-                       "pick another name, or declare passively (passive=true) to use an existing amq.* "
-                       "exchange", {"kind": m.group(1), "name": m.group(2)})  # fmt: skip
+        kind = m.group(1)
+        instead = "pick another name, or declare passively (passive=true) to use an existing amq.* exchange" \
+            if kind == "exchange" else "pick another queue name, or an empty one for a server-named queue"  # fmt: skip
+        return Reading(Refusal.RESERVED_PREFIX, f"{kind} name '{m.group(2)}' (reserved prefix 'amq.')",
+                       f"names starting with 'amq.' are reserved for the broker whatever the user's permissions: "
+                       f"{instead}", {"kind": kind, "name": m.group(2)})  # fmt: skip
     if m := _INTERNAL.search(text):
         return Reading(Refusal.INTERNAL_EXCHANGE, f"publishing to internal exchange '{m.group(1)}'",
                        "an internal exchange only receives from other exchanges (exchange.bind): publish to "
@@ -65,7 +67,7 @@ def read(code: int, text: str) -> Reading | None:
         return Reading(Refusal.PERMISSION, f"{m.group(1)} '{m.group(2)}' in vhost '{m.group(3)}' for user "
                        f"'{m.group(4)}'", f"user '{m.group(4)}' lacks the configure, write or read permission "
                        f"on it: check `rabbitmqctl list_user_permissions {m.group(4)}` (the name must match "
-                       "the regular expressions of vhost '" + m.group(3) + "')",
+                       f"the user's patterns for vhost '{m.group(3)}')",
                        {"kind": m.group(1), "name": m.group(2), "vhost": m.group(3), "user": m.group(4)})  # fmt: skip
     if m := _VHOST.search(text):
         return Reading(Refusal.VHOST_ACCESS, f"vhost '{m.group(1)}' for user '{m.group(2)}'",
