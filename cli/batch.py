@@ -8,7 +8,17 @@ from __future__ import annotations
 
 import click
 
-from .common import compression_option, fail, run_guarded, spec_option, tls_keylog_option, tls_keylog_text, warn
+from .common import (
+    compression_option,
+    deprecated,
+    fail,
+    run_guarded,
+    spec_option,
+    tls_keylog_option,
+    tls_keylog_text,
+    warn,
+    wrote,
+)
 
 
 def _size(ctx: click.Context, param: click.Parameter, value: str) -> int:
@@ -32,7 +42,8 @@ def _conf(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) ->
 
 @click.command()
 @click.argument("inputs", nargs=-1, required=True, metavar="INPUT...")
-@click.option("-o", "--out", required=True, metavar="DIR", help="Output directory (local path or Hadoop URI).")
+@click.option("--out-dir", "out", default=None, metavar="DIR", help="Output folder (local path or Hadoop URI).")
+@click.option("-o", "--out", "old_out", default=None, hidden=True)  # deprecated: --out-dir
 @click.option("--master", default=None, metavar="URL",
               help="Spark master, e.g. spark://host:7077 or yarn (default: embedded local[*]).")  # fmt: skip
 @spec_option
@@ -50,7 +61,8 @@ def _conf(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) ->
 @click.option("--diagnose", is_flag=True,
               help="Also the diagnoses table (one row per cause, as 'amqpscope diagnose' reports it; needs "
                    "validation). Python then reads every event: many times slower.")  # fmt: skip
-def batch(inputs: tuple[str, ...], out: str, master: str | None, spec: str | None, ports: tuple[int, ...],
+def batch(inputs: tuple[str, ...], out: str | None, old_out: str | None, master: str | None,
+          spec: str | None, ports: tuple[int, ...],
           split_size: int, partitions: int | None, driver_memory: str | None,
           conf: tuple[tuple[str, str], ...], no_validate: bool, compression: str, diagnose: bool) -> None:  # fmt: skip
     """Decode capture archives into Parquet tables under DIR on Spark.
@@ -63,6 +75,13 @@ def batch(inputs: tuple[str, ...], out: str, master: str | None, spec: str | Non
     listed in DIR/errors (and below); the others are written all the same.
     """
 
+    if old_out is not None:
+        deprecated("-o/--out DIR", "--out-dir DIR")
+        out = out or old_out
+    if out is None:
+        fail("amqpscope batch needs --out-dir DIR")
+    out_dir: str = out
+
     def run() -> int:
         if diagnose and no_validate:
             fail("--diagnose needs validation (not with --no-validate)")
@@ -74,7 +93,7 @@ def batch(inputs: tuple[str, ...], out: str, master: str | None, spec: str | Non
             from .common import load_codec
 
             load_codec(spec)  # a bad spec is one line here, not a failed task on every executor
-        opts = JobOptions(inputs=inputs, out=out, master=master, spec=spec, ports=frozenset({5672, *ports}),
+        opts = JobOptions(inputs=inputs, out=out_dir, master=master, spec=spec, ports=frozenset({5672, *ports}),
                           split_bytes=split_size, partitions=partitions, driver_memory=driver_memory, conf=conf,
                           tls_keylog=tls_keylog_text(), validate=not no_validate, diagnose=diagnose,
                           compression=compression)  # fmt: skip
@@ -100,6 +119,7 @@ def batch(inputs: tuple[str, ...], out: str, master: str | None, spec: str | Non
                 warn(line.removeprefix("error: "))
             else:
                 click.echo(line)
+        wrote(out_dir, "Parquet tables")
         return 0
 
     run_guarded(run)

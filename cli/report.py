@@ -16,7 +16,7 @@ from amqpscope.capture import CaptureError
 from amqpscope.events import Event
 from amqpscope.pipeline import decode_batches
 
-from .common import CaptureRun, input_options, run_guarded
+from .common import CaptureRun, input_options, run_guarded, selection_options, wrote
 from .diagnose import threshold_options, thresholds_from
 from .stats import no_validate_option, open_output, run_analysis
 from .tables import TablesRun, capture_option
@@ -64,6 +64,7 @@ def _capture_sources(files: tuple[str, ...], capture: CaptureRun) -> list[Callab
 @click.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(allow_dash=True, readable=False))
 @input_options
+@selection_options
 @click.option(
     "-o", "--output", type=click.Path(dir_okay=False, writable=True), required=True, help="The HTML file to write."
 )
@@ -92,6 +93,7 @@ def report(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], sho
                 sources = _capture_sources(files, capture)
             ladders = diagnosed_ladders(sources, analyzer.diagnoser.file_offsets, report)
             fh.write(render_html(analyzer, report, title, ladders))
+        wrote(output, "the HTML report")
         return capture.exit_code
 
     run_guarded(run)
