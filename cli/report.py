@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 from collections.abc import Callable, Iterable
@@ -10,9 +9,9 @@ from typing import Any
 
 import click
 
-from amqpscope.analysis.flow import Ladder, build
 from amqpscope.analysis.html import render_html
-from amqpscope.capture import CaptureError
+from amqpscope.analysis.report_evidence import collect
+from amqpscope.analysis.report_seen import from_run, tls_inputs
 from amqpscope.events import Event
 from amqpscope.pipeline import decode_batches
 
@@ -20,38 +19,6 @@ from .common import CaptureRun, input_options, run_guarded, selection_options, w
 from .diagnose import threshold_options, thresholds_from
 from .stats import no_validate_option, open_output, run_analysis
 from .tables import TablesRun, capture_option
-
-LADDER_STEPS = 400  # steps drawn per diagnosed connection
-LADDER_EVENTS = 50_000  # events of one diagnosed connection kept to draw it
-
-
-def diagnosed_ladders(sources: list[Callable[[], Iterable[Event]] | None], offsets: list[int],
-                      report: dict[str, Any]) -> dict[int, Ladder]:  # fmt: skip
-    """The ladders of the connections a cause names, from a second pass over their inputs (the
-    first pass keeps no frames: only once it ends is it known which connections matter).
-    ``sources[i]`` reads input i's events again (None: it cannot be read twice)."""
-    wanted: dict[int, set[int]] = {}  # input index → its own connection ids
-    for c in report["diagnosis"]["causes"]:
-        i = max(j for j, off in enumerate(offsets) if off <= c["conn"])
-        wanted.setdefault(i, set()).add(c["conn"] - offsets[i])
-    ladders: dict[int, Ladder] = {}
-    for i, conns in sorted(wanted.items()):
-        read = sources[i] if i < len(sources) else None
-        if read is None:
-            continue
-        kept: dict[int, list[Event]] = {c: [] for c in conns}
-        # the first pass already reported this input's error, if any: the events before it are
-        # all there is, and the error is not said twice
-        with contextlib.suppress(CaptureError):
-            for ev in read():
-                bucket = kept.get(ev.conn)
-                if bucket is not None and len(bucket) < LADDER_EVENTS:
-                    bucket.append(ev)
-        for conn, evs in kept.items():
-            ladder = build(evs, conn, limit=LADDER_STEPS)
-            if ladder is not None:
-                ladders[conn + offsets[i]] = ladder
-    return ladders
 
 
 def _capture_sources(files: tuple[str, ...], capture: CaptureRun) -> list[Callable[[], Iterable[Event]] | None]:
@@ -91,8 +58,9 @@ def report(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], sho
             else:
                 title = ", ".join("standard input" if f == "-" else os.path.basename(f) for f in files)
                 sources = _capture_sources(files, capture)
-            ladders = diagnosed_ladders(sources, analyzer.diagnoser.file_offsets, report)
-            fh.write(render_html(analyzer, report, title, ladders))
+            evidence = collect(sources, analyzer.diagnoser.file_offsets, report, report["capture"]["start"] or 0.0,
+                               tls_inputs(capture))  # fmt: skip
+            fh.write(render_html(analyzer, report, title, evidence, from_run(analyzer, capture, evidence.opaque_tls)))
         wrote(output, "the HTML report")
         return capture.exit_code
 

@@ -32,7 +32,7 @@ def test_text_ladder(captures_dir: Path) -> None:
     code, out, err = _run("flow", str(captures_dir / S08))
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[0].startswith("connection 0: 127.0.0.1:") and lines[0].endswith("127.0.0.1:5672")
+    assert lines[0].startswith("connection 0: 127.0.0.1:") and lines[0].endswith("127.0.0.1:5672 (seconds from the capture's start)")
     arrows = lines[2:]
     assert len(arrows) == _steps(captures_dir, S08) == 39  # 19 methods + 20 heartbeats; content folded in
     assert "connection.start" in arrows[0] and arrows[0].lstrip().split()[2].startswith("◀")
