@@ -290,7 +290,7 @@ def test_cli_batch_bad_input_is_one_line(spark: Any, tmp_path: Path) -> None:
     from amqpscope.cli.main import cli
     from click.testing import CliRunner
 
-    res = CliRunner().invoke(cli, ["batch", str(tmp_path / "missing"), "--out", str(tmp_path / "o")])
+    res = CliRunner().invoke(cli, ["batch", str(tmp_path / "missing"), "--out-dir", str(tmp_path / "o")])
     assert res.exit_code == 2
     assert res.output.strip().splitlines() == [f"amqpscope: error: no such file or directory: '{tmp_path / 'missing'}'"]
 
