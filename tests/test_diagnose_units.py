@@ -632,3 +632,27 @@ def test_channel_limit_without_method_ids_cites_the_pending_channel_open() -> No
     found, d = diagnose(s)
     c = only(found)
     assert c.cause == "channel-limit" and set(c.packets) == {op, close} and d.quirk_list() == []
+
+
+def test_an_old_channel_error_does_not_explain_a_later_tcp_drop(tcp_facts: dict[int, TcpEnd]) -> None:
+    s = Script()
+    s.open(channels=(1, 2))
+    s.frame(C2S, 1, "queue.declare", queue="missing", passive=True)
+    s.frame(S2C, 1, "channel.close", reply_code=404, class_id=50, method_id=10,
+            reply_text="NOT_FOUND - no queue 'missing' in vhost '/'")  # fmt: skip
+    s.frame(C2S, 1, "channel.close-ok")
+    s.wait(5.0)
+    tcp_facts[0] = s.close("rst", tcp=s.tcp(fin=C2S, rst=S2C))
+    found = diagnose(s, tcp_facts)[0]
+    assert sorted(d.cause for d in found) == ["channel-closed", "client-closed-tcp"]
+
+
+def test_a_client_dropping_tcp_instead_of_close_ok_is_explained(tcp_facts: dict[int, TcpEnd]) -> None:
+    s = Script()
+    s.open(channels=(1,))
+    s.frame(C2S, 1, "queue.declare", queue="alice.not", passive=False)
+    s.frame(S2C, 1, "channel.close", reply_code=403, class_id=50, method_id=10,
+            reply_text="ACCESS_REFUSED - access to queue 'alice.not' in vhost 'scope' refused for user 'alice'")
+    tcp_facts[0] = s.close("rst", tcp=s.tcp(rst=C2S))  # rabbitmq-c resets instead of answering
+    found = diagnose(s, tcp_facts)[0]
+    assert [d.cause for d in found] == ["access-refused"]

@@ -150,7 +150,11 @@ def diagnose_connection(facts: ConnFacts, col: Collector, th: Thresholds) -> lis
     used = {id(f) for c in facts.closes for f in c.explained_by}
     found += flow.blocked(facts, th) + flow.cancelled(facts, col) + flow.returned(facts)
     found += ledger.stalled(facts, col, th) + ledger.poison(facts, th)
-    explained = any(d.impact <= CONNECTION or d.channel is not None for d in found)
+    # the end is already told: by a connection cause, or by a broker's channel.close the client
+    # never answered and dropped TCP instead (rabbitmq-c after a 403); an error answered long before
+    # does not explain a later drop
+    explained = any(d.impact <= CONNECTION for d in found) or any(
+        c.by == S2C and c.channel and c.code not in (0, 200) and c.ok_packet is None for c in facts.closes)
     found += endings.ended(facts, th, explained) + handshake.handshake(facts)
     found += network.protocol_errors(facts, used)
     return found
