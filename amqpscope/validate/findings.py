@@ -173,7 +173,7 @@ BROKER_TOLERATES: tuple[Tolerated, ...] = (
     # the same findings when TCP shows that the side that sent the close dropped the socket before
     # the answer could come: ``diagnose`` picks it by id (the finding alone cannot tell)
     Tolerated("close-then-drop", ("connection.close-ok.missing", "channel.close-ok.missing"),
-              "the client drops TCP right after its own close, before the broker's close-ok",
+              "the side that sent the close drops TCP right after it, before the close-ok can come",
               f"{_RABBITMQ} answers the client's FIN with RST (it closes sockets with linger 0) and frees the "
               "connection (seen with aiormq)", when="never"),
     Tolerated("tcp-close-without-close", ("connection.close.missing",),
