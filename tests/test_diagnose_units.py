@@ -656,3 +656,16 @@ def test_a_client_dropping_tcp_instead_of_close_ok_is_explained(tcp_facts: dict[
     tcp_facts[0] = s.close("rst", tcp=s.tcp(rst=C2S))  # rabbitmq-c resets instead of answering
     found = diagnose(s, tcp_facts)[0]
     assert [d.cause for d in found] == ["access-refused"]
+
+
+def test_immediate_publish_gets_the_brokers_advice() -> None:
+    s = Script()
+    s.open()
+    pub = s.frame(C2S, 1, "basic.publish", exchange="", routing_key="q", immediate=True)
+    s.frame(S2C, 0, "connection.close", reply_code=540, reply_text="NOT_IMPLEMENTED - immediate=true",
+            class_id=60, method_id=40)  # fmt: skip
+    s.frame(C2S, 0, "connection.close-ok")
+    s.close("connection.close")
+    c = only(diagnose(s)[0])
+    assert c.cause == "connection-closed" and c.details["request_packet"] == pub
+    assert "does not implement the immediate flag" in c.details["advice"] and c.details["blamed"] == "client"

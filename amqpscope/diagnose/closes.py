@@ -158,10 +158,12 @@ def _diagnose(facts: ConnFacts, col: Collector, c: Close) -> Diagnosis | None:
                     broker_action=action, details={**base, "blamed": "client"})  # fmt: skip
     if c.channel == 0:
         why = " (an operator, a policy or a node shutdown closed it)" if c.code == 320 else ""
+        advice = f"; {reading.advice}" if reading is not None else ""
         return make("connection-closed", who, channel=None, packets=packets, since=since, until=end,
                     summary=f"the broker closed the connection of {who.phrase()} with {code_name(c.code)}"
-                    f"{why}{_request(c)}: {c.text}", broker_action=action,
-                    details={**base, "blamed": "broker" if c.code == 320 else "client"})  # fmt: skip
+                    f"{why}{_request(c)}: {c.text}{advice}", broker_action=action,
+                    details={**base, "blamed": "broker" if c.code in (320, 541) else "client",
+                             **({"advice": reading.advice} if reading else {})})  # fmt: skip
     advice = f"; {reading.advice}" if reading is not None else ""
     return make("channel-closed", who, channel=ch, packets=packets, since=since, until=end,
                 summary=f"{who.phrase()}: the broker closed channel {ch} with {code_name(c.code)}"

@@ -24,6 +24,7 @@ class Refusal(Enum):
     VHOST_MISSING = "vhost-missing"
     EXCLUSIVE = "exclusive-locked"
     LOGIN = "login"
+    NOT_IMPLEMENTED = "not-implemented"
     OTHER = "other"
 
 
@@ -45,7 +46,7 @@ _LOCKED = re.compile(r"exclusive access to locked queue '([^']*)'")
 
 
 def read(code: int, text: str) -> Reading | None:
-    """What a refusal (403, 405, 530) says was refused and what to do; None for other closes."""
+    """What a refusal (403, 405, 530, 540) says was refused and what to do; None for other closes."""
     if "operation not permitted on the default exchange" in text:
         return Reading(Refusal.DEFAULT_EXCHANGE, "an operation on the default exchange ('')",
                        "the default exchange can only be published to (with the queue name as routing key): "
@@ -86,6 +87,10 @@ def read(code: int, text: str) -> Reading | None:
     if "Login was refused" in text or "ACCESS_REFUSED - Login" in text:
         return Reading(Refusal.LOGIN, "the login", "check the user name, the password and the auth mechanism "
                        "(`rabbitmqctl authenticate_user`); the broker log has the reason")  # fmt: skip
+    if code == 540 and "immediate" in text:
+        return Reading(Refusal.NOT_IMPLEMENTED, "basic.publish with immediate=true",
+                       "RabbitMQ 3.x does not implement the immediate flag and closes the connection: publish "
+                       "without it (mandatory=true and a per-message TTL tell undeliverable messages instead)")  # fmt: skip
     if code in (403, 530):
         return Reading(Refusal.OTHER, "a resource", "the reply text names what was refused; for a missing "
                        "permission check `rabbitmqctl list_user_permissions`")  # fmt: skip
