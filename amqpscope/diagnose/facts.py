@@ -1,10 +1,11 @@
 """What diagnoses are made from: per connection, the plain facts gathered from the event stream.
 
-``Collector.feed`` keeps only what a cause needs (the client's identity, closes, declarations,
-returns, cancels, blocked periods, findings, ledger entries, the last frame each way); it does not
-track delivery tags or confirms: those come from the core's ledger events. The family modules
-(``closes``, ``flow``, ``network``, ``ledger``) turn a finished ``ConnFacts`` into diagnoses with
-pure functions.
+``Collector.feed`` keeps only what a cause needs (the client's identity, the handshake stage,
+closes and the requests they answer, the client's pending synchronous requests, declarations,
+returns, cancels, blocked periods, findings, ledger entries, the last frame each way, how TCP
+ended); it does not track delivery tags or confirms: those come from the core's ledger events. The
+family modules (``closes``, ``causality``, ``endings``, ``handshake``, ``flow``, ``network``,
+``ledger``) turn a finished ``ConnFacts`` into diagnoses with pure functions.
 """
 
 from __future__ import annotations
