@@ -141,3 +141,56 @@ def test_error_replies_stand_out(captures_dir: Path) -> None:
     assert ladder is not None
     assert sum(s.alert for s in ladder.steps) == len(codes)
     assert to_mermaid(ladder).count("⚠") == len(codes)
+
+
+def _reset_by_broker(path: Path) -> tuple[int, int]:
+    """A connection the broker resets without connection.close; returns (first packet's time in
+    ns, the packet of the RST)."""
+    from amqpscope.testing.synth import Capture
+
+    cap = Capture()
+    c = cap.connection()
+    c.handshake()
+    c.open_channel(1)
+    for _ in range(50):
+        c.publish(1)
+    cap._add(c.tcp.rst(from_client=False))
+    cap.write(str(path))
+    return cap.records[0][0], len(cap.records)
+
+
+def test_ladder_ends_with_the_tcp_reset_in_capture_time(tmp_path: Path) -> None:
+    path = tmp_path / "rst.pcap"
+    _, rst = _reset_by_broker(path)
+    code, out, err = _run("flow", str(path))
+    assert code == 0, err
+    last = out.splitlines()[-1]
+    assert "TCP RST" in last and last.split()[0] == f"{(rst - 1) * 0.001:.6f}"  # 1 ms a packet from the SYN
+    first = out.splitlines()[2]
+    assert first.split()[0] == "0.004000"  # connection.start, after the SYN, SYN-ACK, ACK and protocol header
+    ladder = build(amqpscope.read(path))
+    assert ladder is not None and ladder.steps[-1].packet == rst
+
+
+def test_windows_keep_the_proofs_and_count_the_rest(tmp_path: Path) -> None:
+    from amqpscope.analysis.flow import Elided, Windows
+
+    path = tmp_path / "rst.pcap"
+    _, rst = _reset_by_broker(path)
+    events = list(amqpscope.read(path))
+    everything = build(events, limit=10_000)
+    assert everything is not None
+    total = len(everything.steps)
+    body = next(ev.packet for ev in events if ev.kind == "frame" and ev.type == "body" and ev.packet > 60)
+    w = Windows(0, [body, rst], head=5, context=2)
+    for ev in events:
+        w.feed(ev)
+    ladder = w.finish(events[0].ts)
+    rows = list(ladder.rows())
+    elided = [r for r in rows if isinstance(r, Elided)]
+    assert elided and sum(e.count for e in elided) + len(ladder.steps) == total
+    # the body frame's packet lands on the publish its content belongs to
+    target = ladder.aliases[body]
+    publish = next(s for s in ladder.steps if s.packet == target)
+    assert publish.label.startswith("basic.publish") and publish.packet < body <= publish.through
+    assert ladder.steps[-1].label.startswith("TCP RST") and ladder.steps[-1].packet == rst

@@ -26,7 +26,9 @@ from amqpscope.testing.synth import Capture, SynthConn
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 WIDTH = 1400
-BUSY = int(os.environ.get("REPORT_BUSY_MESSAGES", "100000"))  # messages of the busy capture (see docs)
+# messages of the busy capture: 300k takes about 75 s of CPU to report (the analysis costs about
+# 0.25 ms a message), so the test runs 50k (about 15 s) unless REPORT_BUSY_MESSAGES says otherwise
+BUSY = int(os.environ.get("REPORT_BUSY_MESSAGES", "50000"))
 needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (tools/install-system-deps.sh)")
 
 # Run in the browser on a copy of the page (the report itself has no script).
@@ -326,3 +328,43 @@ def test_truncated_capture_says_what_was_not_seen(tmp_path: Path) -> None:
     _common(got)
     assert got["banner"] is not None and "Truncated capture" in got["banner"]
     assert "Nothing wrong" not in got["text"]
+
+
+# --- without a browser ---------------------------------------------------------------------------
+
+
+def test_in_flight_legend_says_it_shows_a_subset(tmp_path: Path) -> None:
+    """Six consumers, each on its own channel, each holding more unacked than the last: the chart
+    draws the busiest four and says so."""
+    cap = Capture()
+    c = cap.connection()
+    c.handshake()
+    for ch in range(1, 7):
+        c.open_channel(ch)
+        c.client(ch, "basic.consume", queue="q", consumer_tag=f"ctag{ch}")
+        c.server(ch, "basic.consume-ok", consumer_tag=f"ctag{ch}")
+        for tag in range(1, ch + 1):
+            c.deliver(ch, tag, consumer_tag=f"ctag{ch}")
+    c.close()
+    path = tmp_path / "six.pcap"
+    cap.write(str(path))
+    page, code = _report(path, tmp_path)
+    assert code == 0
+    text = page.read_text()
+    assert "4 of 6 channels shown (the busiest)" in text
+    assert all(f"conn 0 ch {ch} unacked" in text for ch in (3, 4, 5, 6)) and "conn 0 ch 2 unacked" not in text
+
+
+def test_not_seen_merges_the_diagnosers_entries() -> None:
+    from amqpscope.analysis.report_seen import unseen
+    from amqpscope.pipeline import StreamAccounting
+
+    told = [{"rule": "capture.gap", "what": "1 connection with bytes missing from the capture",
+             "summary": "gap of 120 bytes c2s"},
+            {"rule": "capture.midstream-start", "what": "1 connection seen from its middle", "summary": "x"}]  # fmt: skip
+    got = unseen("cut short", 5, [StreamAccounting(gap_bytes=120, pending_bytes=9)], {"gaps": 1}, [], told)
+    assert [u.rule for u in got] == ["capture.gap", "capture.midstream-start", "capture.truncated", None]
+    assert "gap of 120 bytes c2s" in got[0].detail and "120 bytes of AMQP traffic missing" in got[0].detail
+    assert got[0].what == "1 connection with bytes missing from the capture"
+    assert got[2].what == "Truncated capture" and got[3].what == "Cut-off frames"
+    assert unseen(None, 0, [StreamAccounting()], {}, []) == []

@@ -17,6 +17,7 @@ TRUNCATED_EXIT = 5  # capture.TruncatedCapture's exit code
 class Unseen:
     what: str  # a few words, shown bold
     detail: str
+    rule: str | None = None  # the diagnoser's not-seen rule this is about, when there is one
 
 
 def _n(count: int, one: str, many: str) -> str:
@@ -32,13 +33,14 @@ def unseen(error: object | None, exit_code: int, accountings: Iterable[Any], cou
     out = []
     if error is not None:
         what = "Truncated capture" if exit_code == TRUNCATED_EXIT else "Damaged capture"
-        out.append(Unseen(what, f"{error}. Nothing after that point was read: the report covers the packets before it."))
+        out.append(Unseen(what, f"{error}. Nothing after that point was read: the report covers the packets before it.",
+                          "capture.truncated" if exit_code == TRUNCATED_EXIT else None))  # fmt: skip
     acc = list(accountings)
     gap_bytes = sum(a.gap_bytes for a in acc)
     if counts.get("gaps") or gap_bytes:
         out.append(Unseen("Gaps in the streams", f"{_n(counts.get('gaps', 0), 'gap', 'gaps')}: "
                           f"{_n(gap_bytes, 'byte', 'bytes')} of AMQP traffic missing from the capture (dropped "
-                          "packets); frames and acks in them were not seen."))  # fmt: skip
+                          "packets); frames and acks in them were not seen.", "capture.gap"))  # fmt: skip
     skipped = sum(a.skipped_bytes for a in acc)
     if skipped or counts.get("malformed"):
         out.append(Unseen("Bytes that could not be framed", f"{_n(skipped, 'byte', 'bytes')} skipped "
@@ -55,18 +57,33 @@ def unseen(error: object | None, exit_code: int, accountings: Iterable[Any], cou
         out.append(Unseen("TLS connections not decrypted",
                           f"{_n(len(opaque), 'connection', 'connections')} ({shown}): {'; '.join(reasons)}"
                           + (f"; {opaque_bytes:,} bytes of TLS records" if opaque_bytes else "")
-                          + ". Give their keys (--tls-keylog) to see inside."))  # fmt: skip
+                          + ". Give their keys (--tls-keylog) to see inside.", "tls.undecrypted"))  # fmt: skip
     elif opaque_bytes:
         out.append(Unseen("TLS not decrypted", f"{opaque_bytes:,} bytes of TLS records were not decrypted "
-                          "(no keys for them)."))  # fmt: skip
-    for d in diagnosed:
-        rec = d.to_record() if hasattr(d, "to_record") else d
-        if isinstance(rec, dict):
-            what = str(rec.get("what") or rec.get("kind") or "Not seen").replace("_", " ").replace("-", " ")
-            out.append(Unseen(what[:1].upper() + what[1:], str(rec.get("summary") or rec.get("detail") or "")))
-        else:
-            out.append(Unseen("Not seen", str(rec)))
-    return out
+                          "(no keys for them).", "tls.undecrypted"))  # fmt: skip
+    return _merge(out, [_told(d) for d in diagnosed])
+
+
+def _told(d: Any) -> Unseen:
+    """One of the diagnoser's not-seen entries (``Blindness``: what, summary, rule)."""
+    rec = d.to_record() if hasattr(d, "to_record") else d
+    if not isinstance(rec, dict):
+        return Unseen("Not seen", str(rec))
+    what = str(rec.get("what") or rec.get("rule") or "not seen")
+    return Unseen(what[:1].upper() + what[1:], str(rec.get("summary") or ""), rec.get("rule"))
+
+
+def _merge(ours: list[Unseen], told: list[Unseen]) -> list[Unseen]:
+    """The diagnoser's entries first (its order: the worst first), each with the byte counts the
+    report measured for the same rule; then what only the report saw."""
+    by_rule = {u.rule: u for u in ours if u.rule is not None}
+    out = []
+    for t in told:
+        mine = by_rule.pop(t.rule, None) if t.rule is not None else None
+        out.append(t if mine is None else Unseen(t.what, f"{t.detail} ({mine.detail})" if t.detail else mine.detail,
+                                                 t.rule))  # fmt: skip
+    taken = {t.rule for t in told}
+    return out + [u for u in ours if u.rule is None or u.rule not in taken]
 
 
 def tls_inputs(run: Any) -> frozenset[int]:
