@@ -6,6 +6,8 @@ the ``spark`` extra.
 
 from __future__ import annotations
 
+import importlib
+
 import click
 
 from .common import (
@@ -86,9 +88,11 @@ def batch(inputs: tuple[str, ...], out: str | None, old_out: str | None, master:
         if diagnose and no_validate:
             fail("--diagnose needs validation (not with --no-validate)")
         try:
+            # pyspark is otherwise first imported by get_session, whose failure reads "cannot start Spark"
+            importlib.import_module("pyspark")
             from amqpscope.spark.job import JobError, JobOptions, get_session, run_job, summary
         except ImportError as exc:
-            fail(f"amqpscope batch needs the spark extra (pip install 'amqpscope[spark]'): {exc}")
+            fail(_needs_spark_extra(exc))
         if spec is not None:
             from .common import load_codec
 
@@ -123,6 +127,12 @@ def batch(inputs: tuple[str, ...], out: str | None, old_out: str | None, master:
         return 0
 
     run_guarded(run)
+
+
+def _needs_spark_extra(exc: ImportError) -> str:
+    missing = f"no module named {exc.name!r}" if exc.name else _first_line(exc)
+    return (f"amqpscope batch needs the spark extra ({missing}): pip install 'amqpscope[spark]' "
+            f"(from a checkout: pip install -e '.[spark]')")  # fmt: skip
 
 
 def _first_line(exc: BaseException) -> str:
