@@ -328,7 +328,7 @@ class _Parser:
         if not near and "." not in path:  # a bare name meant as a method, say 'basic.publishh' == …
             near = names.nearest(path, names.bare_names())
         raise FilterError(f"filter: unknown field {path!r}" + _hint(near, "kind, method, channel, conn, args.NAME, "
-                                                                    "properties.NAME (docs/decode.md)") + f": {self.text}")
+                                                                    "properties.NAME; see docs/decode.md") + f": {self.text}")
 
     def check_bare(self, word: str) -> None:
         names = self.names
@@ -336,8 +336,8 @@ class _Parser:
             return
         near = names.nearest(word, names.bare_names() | names.fields)
         raise FilterError(f"filter: unknown method, frame type or field {word!r}"
-                          + _hint(near, "a method such as basic.publish, a frame type (heartbeat, body, …), a kind "
-                                        "(message, finding, …)") + f": {self.text}")  # fmt: skip
+                          + (_hint(near, "") or " (a method such as basic.publish, a frame type such as heartbeat, "
+                                                "or a kind such as message)") + f": {self.text}")  # fmt: skip
 
     def check_value(self, field: str, value: Any) -> None:
         names = self.names
@@ -352,7 +352,7 @@ class _Parser:
 def _hint(near: list[str], fallback: str) -> str:
     if near:
         return f" (did you mean {' or '.join(near)}?)"
-    return f" (known: {fallback})" if fallback else ""
+    return f" (known fields: {fallback})" if fallback else ""
 
 
 def compile_filter(text: str | None, spec: Spec | None = None) -> Predicate | None:
