@@ -183,7 +183,7 @@ def tls_keylog_option(f: F) -> F:
 
 def input_options(f: F) -> F:
     f = tls_keylog_option(f)
-    f = click.option("--port", "ports", type=click.IntRange(1, 65535), multiple=True,
+    f = click.option("--port", "ports", type=click.IntRange(1, 65535), multiple=True, metavar="N",
                      help="Treat TCP port N as AMQP (repeatable). AMQP is also detected on any port.")(f)  # fmt: skip
     f = click.option("--show-credentials", is_flag=True, help="Show passwords from connection.start-ok.")(f)
     return spec_option(f)
