@@ -38,6 +38,12 @@ def test_every_reader_has_the_same_input_and_output_options(command: str) -> Non
         assert option in text, f"{command} lacks {option}"
 
 
+def test_sniff_reads_with_the_same_input_options() -> None:
+    text = _help("sniff")
+    for option in ("--port", "--spec", "--tls-keylog", "-Y, --filter", "-c, --count", "-w, --write"):
+        assert option in text, f"sniff lacks {option}"
+
+
 @pytest.mark.parametrize("command", WITH_FORMAT)
 def test_every_format_option_is_t_format_and_says_text_not_rich(command: str) -> None:
     text = _help(command)
