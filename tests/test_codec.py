@@ -29,9 +29,10 @@ from hypothesis import strategies as st
 
 from amqpscope.dissect.codec import Codec, get_codec
 from amqpscope.dissect.spec import Field, Method, bundled_spec_path, parse_spec
-from amqpscope.dissect.values import Problem, Timestamp, decode_table, encode_table, encode_value
+from amqpscope.dissect.values import Problem, Timestamp, decode_table
 from amqpscope.dissect.wire import PROTOCOL_VERSIONS, encode_frame
 from amqpscope.events import Frame, ProtocolHeader
+from amqpscope.scapy.table import encode_table, encode_value
 from amqpscope.testing.frames import Malformed, NeedMore, RawFrame, decode_frame, protocol_header
 from amqpscope.testing.streams import OneWay
 

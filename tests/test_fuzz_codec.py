@@ -28,10 +28,11 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from amqpscope.dissect.codec import DecodedHeader, DecodedMethod, get_codec
-from amqpscope.dissect.values import Problem, Truncated, decode_table, encode_table
+from amqpscope.dissect.values import Problem, Truncated, decode_table
 from amqpscope.dissect.wire import encode_frame
 from amqpscope.events import Event, Frame, Gap, Malformed, ProtocolHeader, Resync
 from amqpscope.output.records import dumpb
+from amqpscope.scapy.table import encode_table
 from amqpscope.testing.frames import Malformed as MalformedFrame
 from amqpscope.testing.frames import NeedMore, RawFrame, decode_frame
 from amqpscope.testing.streams import OneWay

@@ -143,8 +143,8 @@ def _amqplain_capture(path: Path) -> None:
     """A login with AMQPLAIN (no shared capture has one): the response is a field table without its
     length prefix holding LOGIN and PASSWORD; also a secure-ok and an update-secret."""
     from amqpscope.dissect.codec import get_codec
-    from amqpscope.dissect.values import encode_table
     from amqpscope.pcapwrite import TcpConversation, write_pcap
+    from amqpscope.scapy.table import encode_table
 
     codec = get_codec()
     response = encode_table({"LOGIN": "alice", "PASSWORD": "s3cret"})[4:]

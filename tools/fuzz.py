@@ -61,7 +61,7 @@ if str(ROOT) not in sys.path:
 
 from amqpscope.capture import CaptureError, read_packets  # noqa: E402
 from amqpscope.dissect.codec import Codec, get_codec  # noqa: E402
-from amqpscope.dissect.values import Truncated, decode_table, encode_table  # noqa: E402
+from amqpscope.dissect.values import Truncated, decode_table  # noqa: E402
 from amqpscope.dissect.wire import FRAME_HEADER, FRAME_METHOD  # noqa: E402
 from amqpscope.events import Event  # noqa: E402
 from amqpscope.output.records import dumpb, record  # noqa: E402
@@ -69,6 +69,7 @@ from amqpscope.output.summary import summary  # noqa: E402
 from amqpscope.packets import RawPacket  # noqa: E402
 from amqpscope.pcapwrite import pcap_header, pcap_record, pcapng_epb, pcapng_idb, pcapng_shb  # noqa: E402
 from amqpscope.pipeline import Options, RunStats, decode_packets, decode_source  # noqa: E402
+from amqpscope.scapy.table import encode_table  # noqa: E402
 from amqpscope.testing import tcpwalk  # noqa: E402
 from amqpscope.testing.frames import Malformed, NeedMore, RawFrame, decode_frame  # noqa: E402
 from amqpscope.testing.streams import OneWay  # noqa: E402

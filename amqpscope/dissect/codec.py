@@ -1,25 +1,24 @@
 """One spec, ready for the native core and for the Python face.
 
 ``Codec`` holds the loaded spec model, the tables the core executes (compiled once per spec by
-:mod:`amqpscope.dissect.tables`) and the encoders tests and synthetic captures write frames with.
+:mod:`amqpscope.dissect.tables`) and the spec's Scapy layers (:mod:`amqpscope.scapy`, built from the
+same tables), which are the one encoder tests and synthetic captures write frames with.
 Decoding happens in the core (``amqpscope._native``); ``decode_method``/``decode_header`` here hand
 single payloads to it, for notebooks and tests.
 """
 
 from __future__ import annotations
 
-import struct
 from functools import cache, cached_property
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import _native
-from .encode import encode_fields, encode_properties
 from .spec import DEFAULT_SPEC, Method, Spec, bundled_spec_path, load_spec
 from .tables import to_json
-from .wire import FRAME_BODY, FRAME_HEADER, FRAME_METHOD, encode_frame
 
-_IDS = struct.Struct(">HH")
+if TYPE_CHECKING:
+    from amqpscope.scapy.layers import Layers
 
 
 class DecodedMethod(NamedTuple):
@@ -40,13 +39,11 @@ class DecodedHeader(NamedTuple):
 
 
 class Codec:
-    """The spec model, its core tables and encoders for every method and content class."""
+    """The spec model, its core tables and its Scapy layers (the encoders)."""
 
     def __init__(self, spec: Spec) -> None:
         self.spec = spec
         self._by_key = {m.key: m for m in spec.methods()}
-        self._by_name = {m.full_name: m for m in self._by_key.values()}
-        self._props = {c.index: c.properties for c in spec.classes}
 
     @cached_property
     def tables(self) -> str:
@@ -60,6 +57,13 @@ class Codec:
         from amqpscope.validate.tables import validation_tables  # only runs that validate need it
 
         return validation_tables(self.spec)
+
+    @cached_property
+    def layers(self) -> Layers:
+        """The spec's Scapy layers (imported on first use: decoding needs no Scapy)."""
+        from amqpscope.scapy.layers import build_layers
+
+        return build_layers(self.spec)
 
     @cached_property
     def _decoders(self) -> Any:
@@ -82,26 +86,17 @@ class Codec:
     def decode_table_body(self, body: bytes) -> dict[str, Any]:
         return self._decoders.decode_table_body(body)  # type: ignore[no-any-return]
 
-    # --- encoding -------------------------------------------------------------------------------
-
-    def _method(self, name: str | tuple[int, int]) -> Method:
-        m = self._by_key.get((name[0] << 16) | name[1]) if isinstance(name, tuple) else self._by_name.get(name)
-        if m is None:
-            raise KeyError(f"no method {name!r} in spec {self.spec.version}")
-        return m
+    # --- encoding (the Scapy layers) -------------------------------------------------------------
 
     def encode_method(self, name: str | tuple[int, int], args: dict[str, Any] | None = None) -> bytes:
         """The payload of a method frame: class id, method id and the packed arguments."""
-        m = self._method(name)
-        return _IDS.pack(m.class_index, m.index) + encode_fields(m.fields, args or {})
+        return bytes(self.layers.method(name)(**(args or {})))
 
     def encode_header(self, class_id: int, body_size: int, properties: dict[str, Any] | None = None) -> bytes:
-        props = self._props.get(class_id)
-        flags_and_props = encode_properties(props, properties or {}) if props else b"\x00\x00"
-        return struct.pack(">HHQ", class_id, 0, body_size) + flags_and_props
+        return bytes(self.layers.header(class_id)(class_id=class_id, body_size=body_size, **(properties or {})))
 
     def method_frame(self, channel: int, name: str | tuple[int, int], **args: Any) -> bytes:
-        return encode_frame(FRAME_METHOD, channel, self.encode_method(name, args))
+        return bytes(self.layers.framed(self.layers.method(name)(**args), channel))
 
     def content_frames(
         self,
@@ -112,9 +107,11 @@ class Codec:
         frame_max: int = 131072,
     ) -> bytes:
         """Header frame and body frames for one message, bodies split to fit ``frame_max``."""
-        out = [encode_frame(FRAME_HEADER, channel, self.encode_header(class_id, len(body), properties))]
+        layers = self.layers
+        header = layers.header(class_id)(class_id=class_id, body_size=len(body), **(properties or {}))
+        out = [bytes(layers.framed(header, channel))]
         chunk = max(1, frame_max - 8)
-        out += [encode_frame(FRAME_BODY, channel, body[i : i + chunk]) for i in range(0, len(body), chunk)]
+        out += [bytes(layers.framed(layers.body(load=body[i : i + chunk]), channel)) for i in range(0, len(body), chunk)]
         return b"".join(out)
 
 

@@ -18,7 +18,6 @@ HEADER_SIZE = 7
 DEFAULT_MAX_FRAME = 128 * 1024 * 1024 + 4096
 
 _HDR = struct.Struct(">BHI")
-_U32 = struct.Struct(">I")
 
 
 def encode_frame(ftype: int, channel: int, payload: bytes) -> bytes:
@@ -44,22 +43,3 @@ def encode_protocol_header(version: str = "0-9-1") -> bytes:
         if name == version:
             return raw
     raise ValueError(f"unknown protocol version {version!r}")
-
-
-# --- string encoders ---------------------------------------------------
-
-
-def _raw(value: str | bytes) -> bytes:
-    return value.encode() if isinstance(value, str) else bytes(value)
-
-
-def enc_shortstr(value: str | bytes) -> bytes:
-    raw = _raw(value)
-    if len(raw) > 255:
-        raise ValueError(f"short string of {len(raw)} bytes (at most 255)")
-    return bytes((len(raw),)) + raw
-
-
-def enc_longstr(value: str | bytes) -> bytes:
-    raw = _raw(value)
-    return _U32.pack(len(raw)) + raw

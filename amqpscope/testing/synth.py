@@ -1,4 +1,4 @@
-"""Synthetic AMQP captures built with our own encoder, one packet per call.
+"""Synthetic AMQP captures built with the Scapy layers (``amqpscope.scapy``), one packet per call.
 
 Used by the validator tests to write one capture per rule and check that exactly the intended
 finding fires at the intended packet. Every send is one TCP segment (no ACK packets), so the
@@ -23,7 +23,7 @@ from typing import Any
 
 from amqpscope.capture import read_packets
 from amqpscope.dissect.codec import Codec, get_codec
-from amqpscope.dissect.wire import FRAME_BODY, FRAME_HEADER, FRAME_HEARTBEAT, encode_frame, encode_protocol_header
+from amqpscope.dissect.wire import FRAME_HEARTBEAT
 from amqpscope.events import Event, Finding
 from amqpscope.pcapwrite import Record, TcpConversation, write_pcap
 from amqpscope.pipeline import Options, decode_packets
@@ -79,6 +79,7 @@ class SynthConn:
     def __init__(self, cap: Capture, client: tuple[str, int], server: tuple[str, int], syn: bool) -> None:
         self.cap = cap
         self.codec = cap.codec
+        self.layers = cap.codec.layers
         self.tcp = TcpConversation(client, server, ack_data=False)
         self.frame_max = 131072
         if syn:
@@ -94,7 +95,7 @@ class SynthConn:
         return self.send(from_client, b"".join(frames))
 
     def method(self, channel: int, name: str | tuple[int, int], **args: Any) -> bytes:
-        return self.codec.method_frame(channel, name, **args)
+        return bytes(self.layers.framed(self.layers.method(name)(**args), channel))
 
     def client(self, channel: int, name: str, **args: Any) -> int:
         return self.send(True, self.method(channel, name, **args))
@@ -108,19 +109,21 @@ class SynthConn:
         return self.send(from_client, data)
 
     def header_frame(self, from_client: bool, channel: int, body_size: int, class_id: int = 60) -> int:
-        payload = self.codec.encode_header(class_id, body_size, {})
-        return self.send(from_client, encode_frame(FRAME_HEADER, channel, payload))
+        header = self.layers.header(class_id)(class_id=class_id, body_size=body_size)
+        return self.send(from_client, bytes(self.layers.framed(header, channel)))
 
     def body_frame(self, from_client: bool, channel: int, body: bytes) -> int:
-        return self.send(from_client, encode_frame(FRAME_BODY, channel, body))
+        return self.send(from_client, bytes(self.layers.framed(self.layers.body(load=body), channel)))
 
     def heartbeat(self, from_client: bool, channel: int = 0, payload: bytes = b"") -> int:
-        return self.send(from_client, encode_frame(FRAME_HEARTBEAT, channel, payload))
+        # a heartbeat with a payload is malformed: the raw layer carries it
+        inner = self.layers.raw(load=payload) if payload else self.layers.heartbeat()
+        return self.send(from_client, bytes(self.layers.framed(inner, channel, type=FRAME_HEARTBEAT)))
 
     # --- common sequences -----------------------------------------------------------------------
 
     def protocol_header(self, version: str | None = None) -> int:
-        return self.send(True, encode_protocol_header(version or self.codec.spec.version))
+        return self.send(True, bytes(self.layers.protocol_header(version=version or self.codec.spec.version)))
 
     def handshake(self, frame_max: int = 131072, channel_max: int = 2047, heartbeat: int = 0,
                   client_frame_max: int | None = None, capabilities: dict[str, bool] | None = None) -> int:  # fmt: skip
