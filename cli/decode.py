@@ -169,8 +169,9 @@ def decode(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], sho
             writer.close()
             if out is not None:
                 out.close()
-                kind = fmt if fmt != "auto" else "jsonl"
-                wrote(out.name, FORMAT_NAMES.get(kind, kind))
+        if out is not None:
+            kind = fmt if fmt != "auto" else "jsonl"
+            wrote(out.name, FORMAT_NAMES.get(kind, kind))
         return capture.exit_code
 
     run_guarded(run)
