@@ -94,11 +94,9 @@ def wrote(path: str, what: str) -> None:
 
 
 def _bytes(n: int) -> str:
-    for unit in ("bytes", "KiB", "MiB"):
-        if n < 1024 or unit == "MiB":
-            return f"{n} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return str(n)
+    if n < 1024:
+        return f"{n} bytes"
+    return f"{n / 1024:.1f} KiB" if n < 1 << 20 else f"{n / (1 << 20):.1f} MiB"
 
 
 def _keep_meta(key: str) -> Callable[[click.Context, click.Parameter, Any], None]:
