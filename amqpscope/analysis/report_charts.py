@@ -28,7 +28,9 @@ COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
 PLOTTED_CHANNELS = 4  # the busiest channels drawn in the in-flight plot (with their prefetch)
 TARGET_BUCKETS = 120
 PER_SECOND_FROM = 10.0  # shown seconds from which rates are per second (buckets ≥ 1 s)
-IDLE_SHARE, IDLE_MIN = 0.10, 0.25  # an idle stretch longer than both (share of the capture, s) is a break
+# an idle stretch is squeezed into a break when it would take more than this share of the axis
+# left after the longer breaks, and lasts at least IDLE_MIN seconds; at most MAX_BREAKS of them
+IDLE_SHARE, IDLE_MIN, MAX_BREAKS = 1 / 3, 0.25, 6
 BREAK_PX = 36
 WIDTH, HEIGHT = 1200, 240
 ML, MR, MT, MB = 70, 250, 26, 40
@@ -117,17 +119,19 @@ def make_axis(series: Iterable[TimeSeries], origin: float, duration: float) -> A
     if not spans:
         return None
     duration = max(duration, spans[-1][1])
-    idle = max(IDLE_MIN, IDLE_SHARE * duration)
-    segments: list[list[float]] = []
-    for a, b in spans:
-        if segments and a - segments[-1][1] <= idle:
-            segments[-1][1] = b
-        else:
-            segments.append([a, b])
-    if segments[0][0] <= idle:
-        segments[0][0] = 0.0
-    if duration - segments[-1][1] <= idle:
-        segments[-1][1] = duration
+    # the idle stretches: before the first activity, between activities, after the last
+    edges = [0.0, *[t for sp in spans for t in sp], duration]
+    idle = sorted(((edges[i + 1] - edges[i], edges[i], edges[i + 1]) for i in range(0, len(edges), 2)), reverse=True)
+    shown, cut = duration, []
+    for length, a, b in idle[:MAX_BREAKS]:
+        if length < IDLE_MIN or length <= IDLE_SHARE * shown:
+            break
+        cut.append((a, b))
+        shown -= length
+    bounds = sorted(t for c in cut for t in c)
+    segments = [(bounds[i - 1] if i else 0.0, bounds[i] if i < len(bounds) else duration)
+                for i in range(0, len(bounds) + 1, 2)]  # fmt: skip
+    segments = [(a, b) for a, b in segments if b - a > 1e-12]
     shown = sum(b - a for a, b in segments)
     if shown >= PER_SECOND_FROM:
         bucket, per_second = max(1.0, nice(shown / TARGET_BUCKETS)), True
@@ -223,12 +227,17 @@ def chart(title: str, lines: list[Line], unit: str, axis: Axis, note: str = "", 
                    "</text>")  # fmt: skip
     for a, b, x in layout:
         step = nice(70 / k) if k > 0 else 1.0
+        # a segment after a break says where it starts, whether or not a round tick falls there
+        ticks = [] if abs(a - round(a / step) * step) < 1e-9 or a < 1e-9 else [a]
         t = math.ceil(a / step - 1e-9) * step
         while t <= b + 1e-9:
+            if not ticks or (t - ticks[-1]) * k >= 50:
+                ticks.append(t)
+            t += step
+        for t in ticks:
             px = ML + x + (t - a) * k
             out.append(f'<line x1="{px:.1f}" y1="{MT + ph}" x2="{px:.1f}" y2="{MT + ph + 4}" stroke="#888"/>'
-                       f'<text x="{px:.1f}" y="{MT + ph + 15}" text-anchor="middle" fill="#555">{t:.6g}</text>')
-            t += step
+                       f'<text x="{px:.1f}" y="{MT + ph + 15}" text-anchor="middle" fill="#555">{round(t, 6):g}</text>')
         out.append(f'<line x1="{ML + x:.1f}" y1="{MT + ph}" x2="{ML + x + (b - a) * k:.1f}" y2="{MT + ph}" '
                    'stroke="#888"/>')  # fmt: skip
     out.append(f'<line x1="{ML}" y1="{MT}" x2="{ML}" y2="{MT + ph}" stroke="#888"/>'
