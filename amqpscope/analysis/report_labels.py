@@ -29,6 +29,8 @@ LABELS = {
     "server_product": "broker", "server_version": "broker version", "channels_opened": "channels opened",
     "duration": "duration (s)", "body_bytes": "body bytes", "frame_types": "frame types",
     "start_utc": "start (UTC)", "end_utc": "end (UTC)",
+    # frames, not the deliveries or publishes they settle (one multiple ack settles many)
+    "client_settles": "ack/nack/reject frames", "server_confirms": "confirm frames (ack/nack)",
 }  # fmt: skip
 
 
