@@ -407,3 +407,12 @@ def test_a_spec_file_of_its_own_builds_layers_the_core_agrees_with() -> None:
     again = layers.frame(bytes(layers.frame() / header))[layers.header(200)]
     assert len(again.property_flags) == 2 and {k: getattr(again, k) for k in props} == props
     assert isinstance(layers.frame(bytes(layers.frame() / method)).payload, MethodLayer)
+
+
+def test_a_spec_field_named_like_a_packet_attribute_is_refused() -> None:
+    spec = parse_spec(
+        b'<amqp major="0" minor="9" revision="1"><class name="c" index="10">'
+        b'<method name="m" index="10"><field name="payload" type="octet"/></method></class></amqp>'
+    )
+    with pytest.raises(ValueError, match=r"c\.m: a field named 'payload' would hide"):
+        build_layers(spec)

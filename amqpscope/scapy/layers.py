@@ -6,9 +6,11 @@ protocol header, one layer per method with its arguments in wire order (bits pac
 say), one content header layer per class with properties, the body and the heartbeat, and a raw
 layer that holds what could not be dissected and why.
 
-Frames follow each other in one Scapy chain: ``AMQP / BasicPublish / AMQP / BasicHeader / AMQP /
-AMQPBody``. Each frame layer writes its own frame-end after the layer it carries and then the
-frames after it, and dissects the frames of a segment one after the other (not recursively).
+Crafted frames follow each other in one Scapy chain (``AMQP / BasicPublish / AMQP / BasicHeader /
+AMQP / AMQPBody``): each frame layer writes its frame-end after the layer it carries, then the
+frames after it, in a loop. Dissected, the frames of one segment are the list of an
+``AMQPSegment``, each dissected alone: Scapy walks a chain recursively (dissection, ``show``,
+``copy``, ``summary``), and pika puts hundreds of frames in one segment.
 """
 
 from __future__ import annotations
@@ -394,6 +396,14 @@ class BodySizeField(NumberField):
         return total
 
 
+def _read_names(reads: list[dict[str, Any]]) -> Iterable[str]:
+    for read in reads:
+        if "var" in read:
+            yield read["name"]
+        else:
+            yield from (item[0] for item in read["items"])
+
+
 def _frame_dispatch(cls: type[FrameLayer], _pkt: bytes | None = None, *args: Any, **kwargs: Any) -> type[Packet]:
     """The class ``cls(data)`` really makes: the protocol header, a frame, or raw bytes."""
     if not _pkt:
@@ -407,6 +417,18 @@ def _frame_dispatch(cls: type[FrameLayer], _pkt: bytes | None = None, *args: Any
 
 
 # --- one spec's layers ---------------------------------------------------------------------------
+
+
+# names a spec's field cannot take: Packet's own attributes would hide it, or the layer's framing fields
+_TAKEN = frozenset(dir(Packet)) | frozenset(Packet.__slots__)
+_METHOD_IDS = ("class_index", "method_index")
+_HEADER_FIELDS = ("class_id", "weight", "body_size", "property_flags")
+
+
+def _check_names(owner: str, names: Iterable[str], framing: tuple[str, ...]) -> None:
+    for name in names:
+        if name in _TAKEN or name in framing:
+            raise ValueError(f"{owner}: a field named {name!r} would hide Scapy's or the layer's own {name!r}")
 
 
 def camel(name: str) -> str:
@@ -480,6 +502,7 @@ class Layers:
 
     @staticmethod
     def _method_fields(m: dict[str, Any]) -> list[Field[Any, Any]]:
+        _check_names(m["name"], _read_names(m["reads"]), _METHOD_IDS)
         out: list[Field[Any, Any]] = [
             NumberField("class_index", m["class"], "short"),
             NumberField("method_index", m["method"], "short"),
@@ -500,6 +523,7 @@ class Layers:
 
     @staticmethod
     def _header_fields(class_id: int, props: list[list[str]]) -> list[Any]:
+        _check_names(f"class {class_id} properties", (name for name, _ in props), _HEADER_FIELDS)
         out: list[Any] = [
             NumberField("class_id", class_id, "short"),
             NumberField("weight", 0, "short"),
