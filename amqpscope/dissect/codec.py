@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import _native
+from .cache import Compiled
+from .cache import compiled as cached_tables
 from .spec import DEFAULT_SPEC, Method, Spec, bundled_spec_path, load_spec
 from .tables import to_json
 
@@ -41,22 +43,47 @@ class DecodedHeader(NamedTuple):
 class Codec:
     """The spec model, its core tables and its Scapy layers (the encoders)."""
 
-    def __init__(self, spec: Spec) -> None:
-        self.spec = spec
-        self._by_key = {m.key: m for m in spec.methods()}
+    def __init__(self, spec: Spec | None = None, *, path: Path | None = None) -> None:
+        """From a loaded spec model, or from a spec file (``path``): then the model is loaded only
+        when something asks for it, and the core's tables come from the on-disk cache
+        (:mod:`amqpscope.dissect.cache`) when it holds them for this file."""
+        if spec is None and path is None:
+            raise ValueError("Codec needs a spec or a spec file")
+        if spec is not None:
+            self.spec = spec
+        self.path = path
+
+    @cached_property
+    def spec(self) -> Spec:
+        assert self.path is not None
+        return load_spec(self.path)
+
+    @cached_property
+    def _by_key(self) -> dict[int, Method]:
+        return {m.key: m for m in self.spec.methods()}
+
+    @cached_property
+    def _compiled(self) -> Compiled | None:
+        """Both documents at once from the cache, for a codec made from a file."""
+        if self.path is None:
+            return None
+        return cached_tables(self.path, lambda: Compiled(to_json(self.spec), self._validation_tables()))
+
+    def _validation_tables(self) -> str:
+        from amqpscope.validate.tables import validation_tables  # only runs that validate need it
+
+        return validation_tables(self.spec)
 
     @cached_property
     def tables(self) -> str:
         """The spec as the JSON tables the native core executes."""
-        return to_json(self.spec)
+        return self._compiled.tables if self._compiled is not None else to_json(self.spec)
 
     @cached_property
     def validation(self) -> str:
         """The spec's grammars, asserts, rules and pairing as the JSON tables the core's
         validator executes."""
-        from amqpscope.validate.tables import validation_tables  # only runs that validate need it
-
-        return validation_tables(self.spec)
+        return self._compiled.validation if self._compiled is not None else self._validation_tables()
 
     @cached_property
     def layers(self) -> Layers:
@@ -117,7 +144,9 @@ class Codec:
 
 @cache
 def _codec_for_path(path: str) -> Codec:
-    return Codec(load_spec(path))
+    codec = Codec(path=Path(path))
+    codec.tables  # noqa: B018 - a bad spec file fails here, before anything is written
+    return codec
 
 
 def get_codec(spec_path: str | Path | None = None) -> Codec:
