@@ -49,7 +49,7 @@ out.charts = Object.fromEntries([...document.querySelectorAll('svg.chart')].map(
   idle: [...s.querySelectorAll('rect.idle')].map(r => [+r.dataset.since, +r.dataset.until]),
   series: Object.fromEntries([...s.querySelectorAll('polyline')].map(p => [p.dataset.series, +(p.dataset.total || -1)])),
   silences: [...s.querySelectorAll('rect.silence')].map(r => [r.dataset.dir, +r.dataset.s]),
-  beats: s.querySelectorAll('line.beat').length,
+  beats: s.querySelectorAll('line.beat').length, marks: s.querySelectorAll('rect.cause-mark').length,
   texts: [...s.querySelectorAll('text')].map(t => t.textContent)}]));
 out.elided = [...document.querySelectorAll('tr.elided')].map(r => r.innerText);
 out.tcp = [...document.querySelectorAll('tr.tcp')].map(r => r.innerText);
@@ -258,6 +258,7 @@ def test_stalled_consumer_links_land_deep_in_the_ladder(tmp_path: Path) -> None:
     assert any(re.search(r"… [\d,]{5,} rows not shown", e) for e in got["elided"])
     flight = got["charts"]["chart-in-flight"]
     assert any("prefetch" in s for s in flight["series"])
+    assert flight["marks"] == got["charts"]["chart-rates"]["marks"] == 1  # the stall's span, linked to it
     _shoot(page, tmp_path)
 
 
@@ -325,7 +326,8 @@ def test_truncated_capture_says_what_was_not_seen(tmp_path: Path) -> None:
     assert code == 5
     got = _measure(page, tmp_path)
     _common(got)
-    assert got["banner"] is not None and "Truncated capture" in got["banner"]
+    assert got["banner"] is not None and "truncated" in got["banner"].lower()
+    assert got["banner"].count("incomplete (") == 1  # the error told once, by the diagnoser or by the report
     assert "Nothing wrong" not in got["text"]
 
 
@@ -363,7 +365,7 @@ def test_not_seen_merges_the_diagnosers_entries() -> None:
             {"rule": "capture.midstream-start", "what": "1 connection seen from its middle", "summary": "x"}]  # fmt: skip
     got = unseen("cut short", 5, [StreamAccounting(gap_bytes=120, pending_bytes=9)], {"gaps": 1}, [], told)
     assert [u.rule for u in got] == ["capture.gap", "capture.midstream-start", "capture.truncated", None]
-    assert "gap of 120 bytes c2s" in got[0].detail and "120 bytes of AMQP traffic missing" in got[0].detail
+    assert got[0].detail == "gap of 120 bytes c2s (1 gap in all, 120 bytes of AMQP traffic missing from the capture)"
     assert got[0].what == "1 connection with bytes missing from the capture"
     assert got[2].what == "Truncated capture" and got[3].what == "Cut-off frames"
     assert unseen(None, 0, [StreamAccounting()], {}, []) == []

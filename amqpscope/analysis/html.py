@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .flow import Elided, Ladder, Step, StepKind
-from .report_charts import beat_timeline, plots
+from .report_charts import Mark, beat_timeline, plots
 from .report_evidence import Evidence
 from .report_labels import human
 from .report_seen import Unseen
@@ -265,6 +265,11 @@ def _channels_with_deliveries(report: dict[str, Any]) -> int:
     return sum(1 for c in report["deliveries"]["per_channel"] if c.get("max_in_flight"))
 
 
+def _marks(diagnosis: dict[str, Any], start: float) -> tuple[Mark, ...]:
+    return tuple(Mark(d["since"] - start, d["until"] - start, i, f"{d['cause']} on connection {d['conn']}")
+                 for i, d in enumerate(diagnosis["causes"], 1))  # fmt: skip
+
+
 def render_html(a: Analyzer, report: dict[str, Any], title: str, evidence: Evidence | None = None,
                 unseen: list[Unseen] | None = None) -> str:  # fmt: skip
     conf, dlv, tr, hb, sec = (report[k] for k in ("confirms", "deliveries", "tracing", "heartbeats", "security"))
@@ -299,7 +304,7 @@ def render_html(a: Analyzer, report: dict[str, Any], title: str, evidence: Evide
         _unseen_banner(missed),
         summary,
         diagnosis_section(diagnosis, ev.ladders, start, missed),
-        section("Over time", *plots(a, _channels_with_deliveries(report)),
+        section("Over time", *plots(a, _channels_with_deliveries(report), _marks(diagnosis, start)),
                 sub("Heartbeats and silences of the connections with a heartbeat cause", "".join(beats))),
         evidence_section(diagnosis, ev.ladders, start),
         section("Capture", kv(shown_cap)),

@@ -182,7 +182,18 @@ class Line:
     total: float | None = None  # what the line adds up to (messages), for readers and tests
 
 
-def chart(title: str, lines: list[Line], unit: str, axis: Axis, note: str = "", ident: str = "") -> str:
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """A cause's time span (seconds from the capture's start), drawn as a band linked to it."""
+
+    since: float
+    until: float
+    number: int  # the cause's place in the diagnosis (its anchor is cause-N)
+    label: str
+
+
+def chart(title: str, lines: list[Line], unit: str, axis: Axis, note: str = "", ident: str = "",
+          marks: tuple[Mark, ...] = ()) -> str:  # fmt: skip
     """An SVG chart of lines over the axis' segments, idle breaks hatched and labelled."""
     pts = [p for ln in lines for seg in ln.points for p in seg]
     if not pts:
@@ -243,6 +254,14 @@ def chart(title: str, lines: list[Line], unit: str, axis: Axis, note: str = "", 
     out.append(f'<line x1="{ML}" y1="{MT}" x2="{ML}" y2="{MT + ph}" stroke="#888"/>'
                f'<text x="{ML + pw / 2}" y="{HEIGHT - 6}" text-anchor="middle" fill="#555">'
                "seconds from the capture's start</text>")  # fmt: skip
+    for m in marks:
+        if m.until < x0 or m.since > x1:
+            continue
+        left, right = sx(m.since), sx(m.until)
+        out.append(f'<a href="#cause-{m.number}"><rect x="{left:.1f}" y="{MT}" width="{max(2.0, right - left):.1f}" '
+                   f'height="{ph}" fill="#d62728" fill-opacity="0.10" class="cause-mark"><title>cause {m.number}: '
+                   f'{esc(m.label)}, {m.since:.3f}–{m.until:.3f} s</title></rect>'
+                   f'<text x="{left + 2:.1f}" y="{MT + 10}" fill="#b22" font-size="10">{m.number}</text></a>')  # fmt: skip
     for i, ln in enumerate(lines):
         colour = COLOURS[i % len(COLOURS)]
         dash = ' stroke-dasharray="5 3"' if ln.dashed else ""
@@ -293,6 +312,8 @@ def _levels(cells: list[list[Bucket | None]], axis: Axis) -> Points:
             line += [(a + i * axis.bucket, top), (a + (i + 1) * axis.bucket, top)]
             if b is not None:
                 level = b.last
+        if line and line[-1][1] != level:  # a segment's last bucket ends at its last level (a close's 0)
+            line.append((line[-1][0], level))
         pts.append(line)
     return pts
 
@@ -307,8 +328,9 @@ def _means(cells: list[list[Bucket | None]], axis: Axis) -> tuple[Points, Points
     return mean, top
 
 
-def plots(a: Analyzer, channels_with_deliveries: int) -> list[str]:
-    """Message rates, latencies, and deliveries in flight against the prefetch, on one axis."""
+def plots(a: Analyzer, channels_with_deliveries: int, marks: tuple[Mark, ...] = ()) -> list[str]:
+    """Message rates, latencies, and deliveries in flight against the prefetch, on one axis, with
+    the causes' time spans marked."""
     origin = a.first_ts or 0.0
     dl, cf = a.deliveries, a.confirms
     rated = {"published": a.series["publish"], "delivered": a.series["deliver"],
@@ -350,10 +372,11 @@ def plots(a: Analyzer, channels_with_deliveries: int) -> list[str]:
     total = max(channels_with_deliveries, len(tracks))
     note = f"{shown} of {total} channels shown (the busiest)" if total > shown else ""
     return [
-        chart(title, lines, unit, axis, ident="chart-rates"),
-        chart(f"Latencies (mean and maximum per {seconds(axis.bucket)})", lat, "ms", axis, ident="chart-latency"),
+        chart(title, lines, unit, axis, ident="chart-rates", marks=marks),
+        chart(f"Latencies (mean and maximum per {seconds(axis.bucket)})", lat, "ms", axis, ident="chart-latency",
+              marks=marks),
         chart("Consumer deliveries in flight (unacked) against the prefetch", flight, "msgs", axis, note=note,
-              ident="chart-in-flight"),
+              ident="chart-in-flight", marks=marks),
     ]  # fmt: skip
 
 

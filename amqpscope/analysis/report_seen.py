@@ -18,6 +18,7 @@ class Unseen:
     what: str  # a few words, shown bold
     detail: str
     rule: str | None = None  # the diagnoser's not-seen rule this is about, when there is one
+    measured: str = ""  # the report's own figures, added to the diagnoser's entry of the same rule
 
 
 def _n(count: int, one: str, many: str) -> str:
@@ -38,9 +39,10 @@ def unseen(error: object | None, exit_code: int, accountings: Iterable[Any], cou
     acc = list(accountings)
     gap_bytes = sum(a.gap_bytes for a in acc)
     if counts.get("gaps") or gap_bytes:
-        out.append(Unseen("Gaps in the streams", f"{_n(counts.get('gaps', 0), 'gap', 'gaps')}: "
-                          f"{_n(gap_bytes, 'byte', 'bytes')} of AMQP traffic missing from the capture (dropped "
-                          "packets); frames and acks in them were not seen.", "capture.gap"))  # fmt: skip
+        missing = f"{_n(gap_bytes, 'byte', 'bytes')} of AMQP traffic missing from the capture"
+        out.append(Unseen("Gaps in the streams", f"{_n(counts.get('gaps', 0), 'gap', 'gaps')}: {missing} (dropped "
+                          "packets); frames and acks in them were not seen.", "capture.gap",
+                          f"{_n(counts.get('gaps', 0), 'gap', 'gaps')} in all, {missing}"))  # fmt: skip
     skipped = sum(a.skipped_bytes for a in acc)
     if skipped or counts.get("malformed"):
         out.append(Unseen("Bytes that could not be framed", f"{_n(skipped, 'byte', 'bytes')} skipped "
@@ -57,10 +59,11 @@ def unseen(error: object | None, exit_code: int, accountings: Iterable[Any], cou
         out.append(Unseen("TLS connections not decrypted",
                           f"{_n(len(opaque), 'connection', 'connections')} ({shown}): {'; '.join(reasons)}"
                           + (f"; {opaque_bytes:,} bytes of TLS records" if opaque_bytes else "")
-                          + ". Give their keys (--tls-keylog) to see inside.", "tls.undecrypted"))  # fmt: skip
+                          + ". Give their keys (--tls-keylog) to see inside.", "tls.undecrypted",
+                          f"{opaque_bytes:,} bytes of TLS records not decrypted" if opaque_bytes else ""))  # fmt: skip
     elif opaque_bytes:
         out.append(Unseen("TLS not decrypted", f"{opaque_bytes:,} bytes of TLS records were not decrypted "
-                          "(no keys for them).", "tls.undecrypted"))  # fmt: skip
+                          "(no keys for them).", "tls.undecrypted", f"{opaque_bytes:,} bytes of TLS records"))  # fmt: skip
     return _merge(out, [_told(d) for d in diagnosed])
 
 
@@ -80,8 +83,11 @@ def _merge(ours: list[Unseen], told: list[Unseen]) -> list[Unseen]:
     out = []
     for t in told:
         mine = by_rule.pop(t.rule, None) if t.rule is not None else None
-        out.append(t if mine is None else Unseen(t.what, f"{t.detail} ({mine.detail})" if t.detail else mine.detail,
-                                                 t.rule))  # fmt: skip
+        if mine is not None and not t.detail:
+            t = Unseen(t.what, mine.detail, t.rule)
+        elif mine is not None and mine.measured:
+            t = Unseen(t.what, f"{t.detail} ({mine.measured})", t.rule)
+        out.append(t)
     taken = {t.rule for t in told}
     return out + [u for u in ours if u.rule is None or u.rule not in taken]
 
