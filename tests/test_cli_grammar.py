@@ -8,11 +8,12 @@ import json
 import re
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
 from amqpscope.filter import FilterError, compile_filter
-from cli.main import cli, first_sentence
+from cli.main import COMMANDS, cli, first_sentence
 
 ERRORS = "s09_pika_errors.pcap"
 SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "confirms.pcap"
@@ -66,7 +67,9 @@ def test_help_shows_whole_descriptions() -> None:
     assert code == 0
     listing = out.split("Commands:")[1]
     flat = " ".join(listing.split())
-    for name, command in cli.commands.items():
+    for name in cli.list_commands(click.Context(cli)):
+        command = cli.get_command(click.Context(cli), name)
+        assert command is not None
         sentence = " ".join(first_sentence(command.help).split())
         assert sentence.endswith(".") and len(sentence) > 40, sentence
         assert sentence in flat, f"{name}: {sentence!r} not whole in --help"
@@ -192,3 +195,25 @@ def test_filter_and_count_select_what_is_read(captures_dir: Path) -> None:
     assert out and all(json.loads(line)["severity"] == "violation" for line in out.splitlines())
     code, out, _ = _run("diagnose", "-T", "json", "-c", "1", cap)
     assert code == 0 and json.loads(out)["nothing_wrong"]
+
+
+def test_the_listing_is_each_commands_first_sentence() -> None:
+    """``amqpscope --help`` lists COMMANDS without importing the commands: each summary there must be
+    what the command's own help says first."""
+    for name, (_, summary) in COMMANDS.items():
+        command = cli.get_command(click.Context(cli), name)
+        assert command is not None, name
+        assert " ".join(summary.split()) == " ".join(first_sentence(command.help).split()), name
+
+
+def test_help_imports_no_command() -> None:
+    code = ("import sys; from amqpscope.cli.main import cli\n"
+            "try:\n    cli(['--help'])\nexcept SystemExit:\n    pass\n"
+            "loaded = sorted(m for m in sys.modules if m.startswith(('amqpscope.cli.', 'amqpscope.pipeline', "
+            "'amqpscope._native', 'rich')) and m != 'amqpscope.cli.main')\n"
+            "print(loaded, file=sys.stderr)\nassert not loaded, loaded")
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
