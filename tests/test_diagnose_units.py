@@ -104,7 +104,8 @@ class Script:
             self.frame(C2S, ch, "channel.open", conn)
             self.frame(S2C, ch, "channel.open-ok", conn)
 
-    def close(self, ended: str, conn: int = 0, tcp: TcpEnd | None = None, opening: str | None = None) -> TcpEnd:
+    def close(self, ended: str, conn: int = 0, tcp: TcpEnd | None = None, opening: str | None = None,
+              syn_seen: bool = True) -> TcpEnd:  # fmt: skip
         p, ts = self._next()
         kw: dict[str, Any] = {}
         tcp = tcp or TcpEnd()
@@ -113,7 +114,7 @@ class Script:
             kw = {"fin_by": side.get(tcp.fin_by or ""), "fin_packet": tcp.fin_packet,
                   "rst_by": side.get(tcp.rst_by or ""), "rst_packet": tcp.rst_packet, "opening": opening}  # fmt: skip
         self.events.append(Connection(packet=p, ts=ts, conn=conn, state="close", client=CLIENT, server=SERVER,
-                                      ended=ended, **kw))  # fmt: skip
+                                      ended=ended, syn_seen=syn_seen, **kw))  # fmt: skip
         return tcp
 
     def tcp(self, fin: str | None = None, rst: str | None = None, rst_first: bool = False) -> TcpEnd:
@@ -397,6 +398,8 @@ def test_redelivery_on_the_same_connection_is_linked() -> None:
     (530, "NOT_ALLOWED - vhost nowhere not found", Refusal.VHOST_MISSING, "add_vhost nowhere"),
     (405, "RESOURCE_LOCKED - cannot obtain exclusive access to locked queue 'q' in vhost '/'", Refusal.EXCLUSIVE,
      "exclusive"),
+    # recorded with aio-pika's suite (test_channel_locked_resource): a consumer's exclusivity, not a permission
+    (403, "ACCESS_REFUSED - queue 'q' in vhost '/' in exclusive use", Refusal.EXCLUSIVE_CONSUMER, "not a permission"),
 ])  # fmt: skip
 def test_reply_text_decides_the_advice(code: int, text: str, kind: Refusal, advice: str) -> None:
     r = read(code, text)
@@ -579,7 +582,7 @@ def test_capture_started_mid_connection_is_no_handshake_ending() -> None:
     s.events.append(Connection(packet=s._next()[0], ts=s.ts, conn=0, state="open", client=CLIENT, server=SERVER,
                                syn_seen=False))  # fmt: skip
     s.frame(C2S, 1, "basic.publish", exchange="", routing_key="q")
-    s.close("fin")
+    s.close("fin", syn_seen=False)
     assert diagnose(s)[0] == []
 
 
@@ -669,3 +672,12 @@ def test_immediate_publish_gets_the_brokers_advice() -> None:
     c = only(diagnose(s)[0])
     assert c.cause == "connection-closed" and c.details["request_packet"] == pub
     assert "does not implement the immediate flag" in c.details["advice"] and c.details["blamed"] == "client"
+
+
+def test_a_connection_seen_only_by_its_end_is_not_called_not_amqp(tcp_facts: dict[int, TcpEnd]) -> None:
+    # a live capture started while the connection was idle: only its FIN/RST is seen
+    s = Script()
+    s.events.append(Connection(packet=s._next()[0], ts=s.ts, conn=0, state="open", client=CLIENT, server=SERVER,
+                               syn_seen=False))  # fmt: skip
+    tcp_facts[0] = s.close("rst", tcp=s.tcp(fin=C2S, rst=S2C), opening="nothing", syn_seen=False)
+    assert diagnose(s, tcp_facts)[0] == []

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..events import C2S, S2C
 from .facts import ConnFacts
-from .model import Diagnosis, Thresholds, make, plural
+from .model import Diagnosis, Thresholds, Who, make, plural
 
 PARTY = {C2S: "client", S2C: "broker"}
 _HOW = {"fin": "closed TCP (FIN", "rst": "reset TCP (RST"}
@@ -87,9 +87,8 @@ def heartbeat(facts: ConnFacts, th: Thresholds, first: tuple[str, str, int] | No
         summary = (f"{silent} sent nothing for {end - last[0]:.1f} s (its last frame: packet {last[1]}) with a "
                    f"negotiated heartbeat of {facts.heartbeat} s (a timeout of {th.heartbeat_factor:g} × "
                    f"{facts.heartbeat} s); the {actor} then {act} without connection.close"
-                   + ("; check for a blocked event loop or thread in the client (pika's BlockingConnection "
-                      "sends heartbeats only while it processes events), long GC pauses, the network"
-                      if d == C2S else "; check the broker's load and the network"))  # fmt: skip
+                   + (f"; check for a blocked event loop or thread in the client{_PIKA if _is_pika(who) else ''}, "
+                      "long GC pauses, the network" if d == C2S else "; check the broker's load and the network"))  # fmt: skip
         action = f"{act} without connection.close (its heartbeat timeout)" if d == C2S \
             else "kept sending heartbeats until the client ended the connection"  # fmt: skip
         return make("heartbeat-timeout", who, channel=None, packets=packets, since=last[0], until=end,
@@ -98,6 +97,13 @@ def heartbeat(facts: ConnFacts, th: Thresholds, first: tuple[str, str, int] | No
                                         silence_s=round(end - last[0], 6),
                                         heartbeat_s=facts.heartbeat))  # fmt: skip
     return None
+
+
+_PIKA = " (pika's BlockingConnection sends heartbeats only while it processes events)"
+
+
+def _is_pika(who: Who) -> bool:
+    return (who.product or "").lower().startswith("pika")
 
 
 def _silent(facts: ConnFacts, d: str, limit: float, end: float) -> tuple[float, int] | None:

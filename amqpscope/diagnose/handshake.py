@@ -34,6 +34,8 @@ def opening(facts: ConnFacts) -> str | None:
     """What a connection that never spoke AMQP 0-9-1 started with, or None. The core says so
     (``opening``); for events without it: a header of another protocol, or, for a connection whose
     start is in the capture, no AMQP at all (nothing sent, or bytes that were not AMQP)."""
+    if not facts.syn_seen and facts.header is None:
+        return None  # the capture started after its first bytes: what it started with is not known
     if facts.opening is not None:
         return facts.opening
     if facts.header is not None:
@@ -121,7 +123,9 @@ def handshake(facts: ConnFacts) -> list[Diagnosis]:
     client_why = f"{client_why}, or the application abandoned the attempt" if client_why else client_why
     why = client_why if by == C2S else broker_why if by == S2C else f"{client_why}; or {broker_why}"
     ender = "the client" if by == C2S else "the broker" if by == S2C else "one side"
-    action = how if by == S2C else "nothing: the client ended it" if by == C2S else how
+    answer = tcp.answer()
+    action = how if by != C2S else f"answered the client's FIN with RST (packet {answer[2]}): linger 0" \
+        if answer is not None and answer[1] == "rst" else "nothing: the client ended it"  # fmt: skip
     return [make("handshake-aborted", who, channel=None, packets=packets, since=facts.start_ts, until=facts.end_ts,
                  severity=WARNING if by == C2S else None,
                  summary=f"the handshake of {who.phrase()} ended {name}: {ender} {how}"

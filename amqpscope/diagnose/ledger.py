@@ -13,6 +13,11 @@ from .model import Diagnosis, Thresholds, make
 from .model import plural as _s
 
 
+def seconds(s: float) -> str:
+    """A duration in words a reader can compare: '40 ms', '2.5 s'."""
+    return f"{s * 1000:.0f} ms" if s < 1 else f"{s:.1f} s"
+
+
 def _consumer(facts: ConnFacts, channel: int) -> tuple[str, str | None]:
     """'consumer 'tag' on queue 'q'' for a channel, and the queue."""
     found = [(tag, q) for (ch, tag), q in facts.consumers.items() if ch == channel]
@@ -92,17 +97,17 @@ def requeued(col: Collector) -> list[tuple[Released, Diagnosis]]:
             continue
         who = facts.who
         name, queue = _consumer(facts, r.channel)
-        if queue is None and len(r.queues) == 1:
-            queue = next(iter(r.queues))
-            name = f"the deliveries from queue '{queue}' on channel {r.channel}"
+        if queue is None:  # fetched with basic.get: no consumer
+            queue = next(iter(r.queues)) if len(r.queues) == 1 else None
+            name = f"channel {r.channel}"
         others = sorted({f"connection {c} channel {ch}" if c != r.conn else f"channel {ch} of the same connection"
                          for c, ch, _, _ in r.redelivered})  # fmt: skip
         last = max(ts for *_, ts in r.redelivered)
         packets = r.packets[:20] + [p for _, _, p, _ in r.redelivered[:20]]
         queues = ", ".join(f"'{q}'" for q in sorted(r.queues))
         d = make("unacked-requeued", who, channel=r.channel, packets=packets, since=r.first, until=last,
-                 summary=f"{_s(r.count, 'delivery', 'deliveries')} of {name} of {who.phrase()}, unacked when "
-                 f"its {r.outcome.split()[0]} closed (held up to {r.held_s:.1f} s), went back to queue"
+                 summary=f"{_s(r.count, 'delivery', 'deliveries')} to {name} of {who.phrase()}, unacked when "
+                 f"its {r.outcome.split()[0]} closed (held up to {seconds(r.held_s)}), went back to queue"
                  f"{'s' if len(r.queues) != 1 else ''} {queues} and {_s(len(r.redelivered), 'was', 'were')} "
                  f"redelivered to {', '.join(others[:5])}: if the first consumer had acted on them, they are "
                  "processed twice; make handlers idempotent and ack promptly",

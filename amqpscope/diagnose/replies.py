@@ -23,6 +23,7 @@ class Refusal(Enum):
     VHOST_ACCESS = "vhost-access"
     VHOST_MISSING = "vhost-missing"
     EXCLUSIVE = "exclusive-locked"
+    EXCLUSIVE_CONSUMER = "exclusive-consumer"
     LOGIN = "login"
     NOT_IMPLEMENTED = "not-implemented"
     OTHER = "other"
@@ -43,6 +44,7 @@ _VHOST_MISSING = re.compile(r"vhost '?([^' ]*)'? not found")
 _RESERVED = re.compile(r"(queue|exchange) name '([^']*)' contains reserved prefix 'amq\.")
 _INTERNAL = re.compile(r"cannot publish to internal exchange '([^']*)'")
 _LOCKED = re.compile(r"exclusive access to locked queue '([^']*)'")
+_IN_EXCLUSIVE_USE = re.compile(r"queue '([^']*)' in vhost '([^']*)' in exclusive use")
 
 
 def read(code: int, text: str) -> Reading | None:
@@ -84,6 +86,12 @@ def read(code: int, text: str) -> Reading | None:
                        "the queue is exclusive to the connection that declared it, or was redeclared with "
                        "another exclusive flag: use it from its own connection with the same flags, or declare "
                        "it non-exclusive", {"kind": "queue", "name": m.group(1)})  # fmt: skip
+    if m := _IN_EXCLUSIVE_USE.search(text):
+        return Reading(Refusal.EXCLUSIVE_CONSUMER, f"consuming queue '{m.group(1)}', in exclusive use",
+                       "another consumer holds the queue exclusively (basic.consume exclusive=true), or this "
+                       "consume asked for exclusivity while the queue has consumers: not a permission; consume "
+                       "without exclusive, or from one consumer only",
+                       {"kind": "queue", "name": m.group(1), "vhost": m.group(2)})  # fmt: skip
     if "Login was refused" in text or "ACCESS_REFUSED - Login" in text:
         return Reading(Refusal.LOGIN, "the login", "check the user name, the password and the auth mechanism "
                        "(`rabbitmqctl authenticate_user`); the broker log has the reason")  # fmt: skip
