@@ -194,3 +194,23 @@ def test_windows_keep_the_proofs_and_count_the_rest(tmp_path: Path) -> None:
     publish = next(s for s in ladder.steps if s.packet == target)
     assert publish.label.startswith("basic.publish") and publish.packet < body <= publish.through
     assert ladder.steps[-1].label.startswith("TCP RST") and ladder.steps[-1].packet == rst
+
+
+def test_windows_elide_no_short_stretch(tmp_path: Path) -> None:
+    """Rows between two kept stretches are shown when there are fewer than three of them."""
+    from amqpscope.analysis.flow import Elided, Windows
+
+    path = tmp_path / "rst.pcap"
+    _reset_by_broker(path)
+    events = list(amqpscope.read(path))
+    everything = build(events, limit=10_000)
+    assert everything is not None
+    packets = [s.packet for s in everything.steps]
+    for gap in range(0, 8):
+        w = Windows(0, [packets[20], packets[20 + 5 + gap]], head=1, context=2)
+        for ev in events:
+            w.feed(ev)
+        ladder = w.finish(events[0].ts)
+        counts = [r.count for r in ladder.rows() if isinstance(r, Elided)]
+        assert all(c >= 3 for c in counts), (gap, counts)
+        assert sum(counts) + len(ladder.steps) == len(everything.steps)

@@ -28,6 +28,7 @@ _CONTENT = frozenset({"basic.publish", "basic.deliver", "basic.get-ok", "basic.r
 TCP_ENDS = ("fin", "rst")
 # a content header is folded into its method while the method is among the last few steps
 FOLD_WINDOW = 16
+MIN_ELIDED = 3  # shorter stretches between kept rows are shown, not elided
 
 
 class StepKind(Enum):
@@ -234,7 +235,9 @@ class Windows:
         self.steps: list[Step] = []
         self.elided: dict[int, Elided] = {}
         self.aliases: dict[int, int] = {}
-        self.recent: deque[Step] = deque()  # the last steps not kept, up to ``context``
+        # the last steps not kept: ``context`` of them, and a few more so that no stretch shorter
+        # than MIN_ELIDED is left out (the rows would take no more room than the note)
+        self.recent: deque[Step] = deque()
         self.skipped: list[float] = []  # first and last time of the steps dropped since the last kept one
         self.dropped = 0  # how many
         self.after = 0  # steps still to keep after a proof
@@ -269,7 +272,7 @@ class Windows:
             self.after -= 1
         else:
             self.recent.append(s)
-            if len(self.recent) > self.context:
+            if len(self.recent) > self.context + MIN_ELIDED - 1:
                 self._drop(self.recent.popleft())
 
     def _drop(self, s: Step) -> None:
@@ -279,6 +282,9 @@ class Windows:
         self.dropped += 1
 
     def _keep_recent(self) -> None:
+        if self.dropped:  # a stretch is left out: it takes all but the last ``context`` held
+            while len(self.recent) > self.context:
+                self._drop(self.recent.popleft())
         while self.recent:
             self._keep(self.recent.popleft())
 
@@ -302,7 +308,7 @@ class Windows:
 
 
 def _elided_text(e: Elided, start: float) -> str:
-    return f"… {e.count:,} rows not shown ({e.since - start:.6f}–{e.until - start:.6f} s) …"
+    return f"… {e.count:,} row{'s' if e.count != 1 else ''} not shown ({e.since - start:.6f}–{e.until - start:.6f} s) …"
 
 
 def to_text(ladder: Ladder, width: int = 100) -> str:

@@ -197,7 +197,7 @@ def _ladder_rows(conn: int, ladder: Ladder, proof: set[int], start: float) -> st
     rows = []
     for s in ladder.rows():
         if isinstance(s, Elided):
-            rows.append(f"<tr class=elided><td colspan=6>… {s.count:,} rows not shown "
+            rows.append(f"<tr class=elided><td colspan=6>… {s.count:,} row{'s' if s.count != 1 else ''} not shown "
                         f"({s.since - start:.6f}–{s.until - start:.6f} s) …</td></tr>")  # fmt: skip
             continue
         rows.append(_ladder_row(conn, s, s.packet in proof or s.packet in aliases, ided, aliases, start))
