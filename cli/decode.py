@@ -10,12 +10,9 @@ from dataclasses import replace
 from typing import IO, Any
 
 import click
-from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
 from amqpscope.events import Event
 from amqpscope.filter import compile_filter
-from amqpscope.output.console import ConsoleWriter
 from amqpscope.output.records import record
 from amqpscope.output.writers import WRITERS, JsonlWriter, Writer
 
@@ -47,6 +44,11 @@ def make_writer(fmt: str, body: str | None, verbose: bool, out: IO[str] | None =
     if fmt == "auto":
         fmt = "text" if out.isatty() else "jsonl"
     if fmt in ("text", "rich"):
+        # rich only for the terminal view: JSON lines to a pipe start without it
+        from rich.console import Console
+
+        from amqpscope.output.console import ConsoleWriter
+
         return ConsoleWriter(Console(file=out, highlight=False, emoji=False), body=body or "preview", verbose=verbose)
     return WRITERS[fmt](out, body or "none")
 
@@ -57,7 +59,7 @@ class _Progress:
     def __init__(self, files: tuple[str, ...], enabled: bool) -> None:
         self.enabled = enabled and sys.stderr.isatty()
         self.files = files
-        self.bar: Progress | None = None
+        self.bar: Any = None  # a rich Progress, made once decoding takes more than a second
         self.start = time.monotonic()
 
     def wrap(self, events: Iterator[Event], position: Any) -> Iterator[Event]:
@@ -71,6 +73,9 @@ class _Progress:
         for i, ev in enumerate(events):
             if i & 1023 == 0:
                 if self.bar is None and time.monotonic() - self.start > 1.0 and total:
+                    from rich.console import Console
+                    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
                     self.bar = Progress(TextColumn("decoding"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
                                         console=Console(stderr=True), transient=True)  # fmt: skip
                     self.bar.start()

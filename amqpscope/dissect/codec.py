@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from .. import _native
 from .cache import Compiled
 from .cache import compiled as cached_tables
-from .spec import DEFAULT_SPEC, Method, Spec, bundled_spec_path, load_spec
-from .tables import to_json
+from .specfiles import DEFAULT_SPEC, bundled_spec_path
 
 if TYPE_CHECKING:
     from amqpscope.scapy.layers import Layers
+
+    from .spec import Method, Spec
 
 
 class DecodedMethod(NamedTuple):
@@ -55,6 +56,8 @@ class Codec:
 
     @cached_property
     def spec(self) -> Spec:
+        from .spec import load_spec
+
         assert self.path is not None
         return load_spec(self.path)
 
@@ -67,7 +70,12 @@ class Codec:
         """Both documents at once from the cache, for a codec made from a file."""
         if self.path is None:
             return None
-        return cached_tables(self.path, lambda: Compiled(to_json(self.spec), self._validation_tables()))
+        return cached_tables(self.path, lambda: Compiled(self._core_tables(), self._validation_tables()))
+
+    def _core_tables(self) -> str:
+        from .tables import to_json
+
+        return to_json(self.spec)
 
     def _validation_tables(self) -> str:
         from amqpscope.validate.tables import validation_tables  # only runs that validate need it
@@ -77,7 +85,7 @@ class Codec:
     @cached_property
     def tables(self) -> str:
         """The spec as the JSON tables the native core executes."""
-        return self._compiled.tables if self._compiled is not None else to_json(self.spec)
+        return self._compiled.tables if self._compiled is not None else self._core_tables()
 
     @cached_property
     def validation(self) -> str:

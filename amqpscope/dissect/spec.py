@@ -12,18 +12,17 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from xml.parsers import expat
+
+# their home is specfiles.py (a cached start needs no model); the model's users import them from here too
+from .specfiles import DEFAULT_SPEC as DEFAULT_SPEC
+from .specfiles import SpecError as SpecError
+from .specfiles import bundled_spec_path as bundled_spec_path
 
 PRIMITIVE_TYPES = frozenset(
     {"bit", "octet", "short", "long", "longlong", "shortstr", "longstr", "timestamp", "table", "content"}
 )
-DEFAULT_SPEC = "amqp0-9-1.xml"
-
-
-class SpecError(Exception):
-    """A spec file that cannot be loaded; the message names the file, line and element."""
 
 
 # --- the model ---------------------------------------------------------------------------------
@@ -436,10 +435,6 @@ def load_spec(path: str | Path) -> Spec:
 def parse_spec(data: bytes, source: str = "<spec>") -> Spec:
     builder = _Builder(source)
     return builder.spec(_parse_xml(data, source))
-
-
-def bundled_spec_path(name: str = DEFAULT_SPEC) -> Path:
-    return Path(str(resources.files("amqpscope.dissect") / "specs" / name))
 
 
 @cache
