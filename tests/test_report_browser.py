@@ -365,7 +365,31 @@ def test_not_seen_merges_the_diagnosers_entries() -> None:
             {"rule": "capture.midstream-start", "what": "1 connection seen from its middle", "summary": "x"}]  # fmt: skip
     got = unseen("cut short", 5, [StreamAccounting(gap_bytes=120, pending_bytes=9)], {"gaps": 1}, [], told)
     assert [u.rule for u in got] == ["capture.gap", "capture.midstream-start", "capture.truncated", None]
-    assert got[0].detail == "gap of 120 bytes c2s (1 gap in all, 120 bytes of AMQP traffic missing from the capture)"
+    assert got[0].detail == "gap of 120 bytes c2s"  # the diagnoser's words, not the report's again
     assert got[0].what == "1 connection with bytes missing from the capture"
     assert got[2].what == "Truncated capture" and got[3].what == "Cut-off frames"
     assert unseen(None, 0, [StreamAccounting()], {}, []) == []
+
+
+def test_gaps_and_undecrypted_tls_are_not_seen(tmp_path: Path) -> None:
+    """A publish lost from the capture (18 bytes) and a TLS capture without its keys: the page
+    says so at its top, with the bytes, and never "nothing wrong"."""
+    cap = Capture()
+    c = cap.connection()
+    c.handshake()
+    c.open_channel(1)
+    c.publish(1)
+    c.tcp.send(True, c.method(1, "basic.publish", exchange="", routing_key="q"))  # sent, never captured
+    c.publish(1)
+    c.close()
+    gap = tmp_path / "gap.pcap"
+    cap.write(str(gap))
+    tls = Path(__file__).resolve().parents[1] / "samples" / "tls" / "amqps-tls13.pcap"
+    for path, words in ((gap, ("18 bytes",)), (tls, ("TLS connection", "not decrypted", "no key"))):
+        page, code = _report(path, tmp_path)
+        assert code == 0
+        text = page.read_text()
+        banner = re.search(r"<div class=unseen id=not-seen>(.*?)</div>", text, re.S)
+        assert banner is not None and text.index("not-seen") < text.index("<h2"), path
+        assert all(w in banner.group(1) for w in words), banner.group(1)
+        assert "Nothing wrong" not in text and "No cause found in what was seen" in text

@@ -18,7 +18,6 @@ class Unseen:
     what: str  # a few words, shown bold
     detail: str
     rule: str | None = None  # the diagnoser's not-seen rule this is about, when there is one
-    measured: str = ""  # the report's own figures, added to the diagnoser's entry of the same rule
 
 
 def _n(count: int, one: str, many: str) -> str:
@@ -41,8 +40,7 @@ def unseen(error: object | None, exit_code: int, accountings: Iterable[Any], cou
     if counts.get("gaps") or gap_bytes:
         missing = f"{_n(gap_bytes, 'byte', 'bytes')} of AMQP traffic missing from the capture"
         out.append(Unseen("Gaps in the streams", f"{_n(counts.get('gaps', 0), 'gap', 'gaps')}: {missing} (dropped "
-                          "packets); frames and acks in them were not seen.", "capture.gap",
-                          f"{_n(counts.get('gaps', 0), 'gap', 'gaps')} in all, {missing}"))  # fmt: skip
+                          "packets); frames and acks in them were not seen.", "capture.gap"))  # fmt: skip
     skipped = sum(a.skipped_bytes for a in acc)
     if skipped or counts.get("malformed"):
         out.append(Unseen("Bytes that could not be framed", f"{_n(skipped, 'byte', 'bytes')} skipped "
@@ -59,11 +57,10 @@ def unseen(error: object | None, exit_code: int, accountings: Iterable[Any], cou
         out.append(Unseen("TLS connections not decrypted",
                           f"{_n(len(opaque), 'connection', 'connections')} ({shown}): {'; '.join(reasons)}"
                           + (f"; {opaque_bytes:,} bytes of TLS records" if opaque_bytes else "")
-                          + ". Give their keys (--tls-keylog) to see inside.", "tls.undecrypted",
-                          f"{opaque_bytes:,} bytes of TLS records not decrypted" if opaque_bytes else ""))  # fmt: skip
+                          + ". Give their keys (--tls-keylog) to see inside.", "tls.undecrypted"))  # fmt: skip
     elif opaque_bytes:
         out.append(Unseen("TLS not decrypted", f"{opaque_bytes:,} bytes of TLS records were not decrypted "
-                          "(no keys for them).", "tls.undecrypted", f"{opaque_bytes:,} bytes of TLS records"))  # fmt: skip
+                          "(no keys for them).", "tls.undecrypted"))  # fmt: skip
     return _merge(out, [_told(d) for d in diagnosed])
 
 
@@ -77,17 +74,14 @@ def _told(d: Any) -> Unseen:
 
 
 def _merge(ours: list[Unseen], told: list[Unseen]) -> list[Unseen]:
-    """The diagnoser's entries first (its order: the worst first), each with the byte counts the
-    report measured for the same rule; then what only the report saw."""
+    """The diagnoser's entries first (its order: the worst first; each says what it counted),
+    then what only the report saw (the report's own sentence for a rule the diagnoser names only
+    when the diagnoser's says nothing)."""
     by_rule = {u.rule: u for u in ours if u.rule is not None}
     out = []
     for t in told:
         mine = by_rule.pop(t.rule, None) if t.rule is not None else None
-        if mine is not None and not t.detail:
-            t = Unseen(t.what, mine.detail, t.rule)
-        elif mine is not None and mine.measured:
-            t = Unseen(t.what, f"{t.detail} ({mine.measured})", t.rule)
-        out.append(t)
+        out.append(Unseen(t.what, mine.detail, t.rule) if mine is not None and not t.detail else t)
     taken = {t.rule for t in told}
     return out + [u for u in ours if u.rule is None or u.rule not in taken]
 
