@@ -25,7 +25,7 @@ import pytest
 from amqpscope.capture import read_packets
 from amqpscope.diagnose import Diagnoser, Diagnosis, Quirk
 from amqpscope.dissect.codec import Codec, get_codec
-from amqpscope.events import C2S, S2C, Connection, Event, Frame
+from amqpscope.events import C2S, S2C, Connection, Event, Frame, ProtocolHeader
 from amqpscope.pipeline import Options, decode_packets
 from amqpscope.testing.broker import PrivateBroker
 from amqpscope.testing.frames import RawFrame, decode_frame
@@ -253,6 +253,14 @@ def not_amqp(b: PrivateBroker, run: Run) -> None:
     r.sock.sendall(b"AMQP\x00\x01\x00\x00")
     r.until_closed()
     r.sock.close()
+    r = run.raw("amqp-0-10", b)
+    r.sock.sendall(b"AMQP\x01\x01\x00\x0a")
+    r.until_closed()
+    r.sock.close()
+    r = run.raw("tls-plain", b)  # a TLS ClientHello's record header and a few bytes of it
+    r.sock.sendall(bytes.fromhex("160301002e0100002a0303") + bytes(32) + bytes.fromhex("0000020035010000"))
+    r.until_closed(1.0)
+    r.sock.close()
     r = run.raw("http", b)
     r.sock.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
     r.until_closed(1.0)
@@ -459,10 +467,20 @@ def test_handshake_endings(rec: Recorded, scenario: str, cause: str, stage: str,
         assert ("handshake_timeout" in d.summary) == (by == "broker")
 
 
-def test_amqp_1_0_header_on_the_amqp_port(rec: Recorded) -> None:
-    (d,) = rec.causes_of("amqp-1.0")
-    assert d.cause == "not-amqp" and d.details["opening"] == "amqp-1.0" and "AMQP 1.0" in d.summary
+@pytest.mark.parametrize(("scenario", "words"), [("amqp-1.0", "AMQP 1.0"), ("amqp-0-10", "AMQP 0-10")])
+def test_other_amqp_headers_on_the_amqp_port(rec: Recorded, scenario: str, words: str) -> None:
+    (d,) = rec.causes_of(scenario)
+    assert d.cause == "not-amqp" and d.details["opening"] == scenario and words in d.summary
     assert "its own protocol header (AMQP 0-9-1)" in d.broker_action
+    header = next(p for p in d.packets if rec.segments[p][0] == _port(rec, d.conn))
+    assert any(type(e) is ProtocolHeader and e.packet == header and e.dir == C2S for e in rec.events)
+
+
+def test_tls_on_a_plain_port(rec: Recorded) -> None:
+    rec.needs_tcp()
+    found = rec.causes_of("tls-plain")
+    # the broker answers a TLS ClientHello with its own protocol header: a TLS client on a plain port
+    assert [(d.cause, d.details["opening"]) for d in found] == [("not-amqp", "tls")], found
 
 
 @pytest.mark.parametrize(("scenario", "opening"), [("http", "http"), ("nothing", "nothing")])

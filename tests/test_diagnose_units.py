@@ -681,3 +681,19 @@ def test_a_connection_seen_only_by_its_end_is_not_called_not_amqp(tcp_facts: dic
                                syn_seen=False))  # fmt: skip
     tcp_facts[0] = s.close("rst", tcp=s.tcp(fin=C2S, rst=S2C), opening="nothing", syn_seen=False)
     assert diagnose(s, tcp_facts)[0] == []
+
+
+def test_tls_answered_with_an_amqp_header_waits_for_the_tls_event(tcp_facts: dict[int, TcpEnd]) -> None:
+    if not _HAS_TCP:
+        pytest.skip("the event model has no opening field yet")
+    from amqpscope.events import Tls
+
+    s = Script()
+    s.events.append(Connection(packet=s._next()[0], ts=s.ts, conn=0, state="open", client=CLIENT, server=SERVER,
+                               syn_seen=True))  # fmt: skip
+    s.close("rst", tcp=s.tcp(rst=S2C), opening="tls")
+    # the core's tls event comes right after the close: no ServerHello, 8 bytes back (RabbitMQ's header)
+    s.events.append(Tls(packet=s.packet, ts=s.ts, conn=0, client=CLIENT, server=SERVER, reason="handshake not seen",
+                        records=1, bytes_c2s=51, bytes_s2c=8))  # fmt: skip
+    c = only(diagnose(s)[0])
+    assert c.cause == "not-amqp" and c.details["opening"] == "tls" and "8 bytes that are no TLS" in c.broker_action

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
-from ..events import C2S, S2C, Connection, Event, Finding
+from ..events import C2S, S2C, Connection, Event, Finding, Tls
 from ..validate.findings import Tolerated, tolerance, tolerated
 from . import causality, closes, endings, flow, handshake, ledger, network
 from .facts import Collector, ConnFacts
@@ -26,7 +26,7 @@ MAX_QUIRK_PACKETS = 20
 class Diagnoser:
     # the kinds of events feed looks at: a caller that makes Python events only for the diagnoser
     # (the Parquet diagnoses table, validate's quirk marks) asks the core for these alone
-    READS = frozenset({"frame", "message", "connection", "finding", "ledger", "protocol-header"})
+    READS = frozenset({"frame", "message", "connection", "finding", "ledger", "protocol-header", "tls"})
 
     def __init__(self, thresholds: Thresholds | None = None) -> None:
         self.thresholds = thresholds or Thresholds()
@@ -37,6 +37,7 @@ class Diagnoser:
         self.offset = 0  # added to connection ids (stats numbers several files' connections on)
         self.file_offsets = [0]  # each file's offset, in file order
         self._done: set[int] = set()
+        self._await_tls: set[int] = set()
 
     def feed(self, ev: Event) -> list[Diagnosis]:
         """Take one event; returns the diagnoses it completed (for live output)."""
@@ -48,6 +49,12 @@ class Diagnoser:
                 return []  # a deviation the broker accepts is never a cause
         self.col.feed(ev)
         if t is Connection and ev.state == "close":  # type: ignore[attr-defined]
+            if getattr(ev, "opening", None) == "tls":
+                self._await_tls.add(ev.conn)  # its tls event, right after, says how the server answered
+                return []
+            return self._diagnose(ev.conn)
+        if t is Tls and ev.conn in self._await_tls:
+            self._await_tls.discard(ev.conn)
             return self._diagnose(ev.conn)
         return []
 
@@ -79,6 +86,7 @@ class Diagnoser:
         new = self.finish()
         self.col = Collector(self.thresholds.stall_s)
         self._done = set()
+        self._await_tls = set()
         self.file = name
         self.offset = offset
         self.file_offsets.append(offset)

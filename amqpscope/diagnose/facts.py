@@ -17,7 +17,7 @@ from functools import cache
 from typing import Any
 
 from ..dissect.spec import default_spec
-from ..events import C2S, S2C, Connection, Event, Finding, Frame, Ledger, Message, ProtocolHeader
+from ..events import C2S, S2C, Connection, Event, Finding, Frame, Ledger, Message, ProtocolHeader, Tls
 from .model import Who
 
 MAX_DELIVERIES = 100_000  # deliveries remembered per connection (the oldest forgotten first)
@@ -262,6 +262,10 @@ class ConnFacts:
     tcp: TcpEnd = field(default_factory=TcpEnd)
     opening: str | None = None  # what a connection that never spoke AMQP 0-9-1 started with (the core's)
     syn_seen: bool = True  # the capture has the connection's start (else its first bytes are not known)
+    # a TLS connection (the core's tls event): the version the server chose (None: no ServerHello)
+    # and the bytes the server sent; a plain broker answers a ClientHello with its 8-byte AMQP header
+    tls_version: str | None = None
+    tls_bytes_s2c: int | None = None
     bytes_c2s: int = 0  # the client's stream bytes
     open_at_end: set[int] = field(default_factory=set)
 
@@ -318,6 +322,9 @@ class Collector:
             self._ledger(ev)  # type: ignore[arg-type]
         elif t is ProtocolHeader:
             self._header(ev)  # type: ignore[arg-type]
+        elif t is Tls:
+            f = self.facts(ev)
+            f.tls_version, f.tls_bytes_s2c = ev.version, ev.bytes_s2c  # type: ignore[attr-defined]
 
     def published_between(self, queue: str, since: float, until: float) -> int:
         return self.published.between(queue, since, until)

@@ -88,7 +88,8 @@ def handshake(facts: ConnFacts) -> list[Diagnosis]:
     if facts.was_open or facts.end_ts is None or facts.ended not in ("fin", "rst", "connection.close"):
         return []  # open, or still going when the capture ended
     started = opening(facts)
-    if started == "tls" and facts.server_header is None:
+    plain = facts.server_header is not None or (facts.tls_version is None and bool(facts.tls_bytes_s2c))
+    if started == "tls" and not plain:
         return []  # a TLS connection captured without its keys: not seen, not a fault (blind.py says so)
     if started is not None:
         return [_not_amqp(facts, started)]
@@ -143,7 +144,8 @@ def _not_amqp(facts: ConnFacts, started: str) -> Diagnosis:
         end = f"; {PARTY[first[0]]} ended it ({segment(first[1], first[2])})"
     else:
         end = ""
-    answer = f"answered with its own protocol header (AMQP {facts.server_header})" if facts.server_header else ""
+    answer = f"answered with its own protocol header (AMQP {facts.server_header})" if facts.server_header else \
+        f"answered with {facts.tls_bytes_s2c} bytes that are no TLS (its AMQP header)" if started == "tls" else ""  # fmt: skip
     if first is not None and first[0] == S2C:
         closing = f"{'closed' if first[1] == 'fin' else 'reset'} the connection ({segment(first[1], first[2])})"
         answer = f"{answer} and {closing}" if answer else closing
