@@ -145,7 +145,7 @@ def _diagnose(facts: ConnFacts, col: Collector, c: Close) -> Diagnosis | None:
         blamed = "client" if f.dir == C2S else "broker"
         advice = reading.advice if reading is not None else "fix the client code path that sends it"
         return make("client-protocol-error", who, channel=ch, packets=packets, since=f.ts, until=end,
-                    summary=f"{who.phrase()} broke rule {f.rule} on channel {ch if ch is not None else 0} "
+                    summary=f"{who.phrase()} broke rule {f.rule} on channel {f.channel or 0} "
                     f"(packet {f.packet}): {f.message}", broker_action=action,
                     details={**base, "rules": [v.rule for v in c.explained_by], "finding_packet": f.packet,
                              "advice": advice, "blamed": blamed})  # fmt: skip
