@@ -174,6 +174,13 @@ class Connection(Event):
     tls_version: str | None = None  # TLS connections: "TLSv1.3", "TLSv1.2", …
     tls_suite: str | None = None  # the IANA name, e.g. "TLS_AES_128_GCM_SHA256"
     tls_resumed: bool | None = None  # a resumed TLS session (session id, ticket or PSK)
+    fin_by: str | None = None  # close: "client" | "server", who sent the first TCP FIN
+    fin_packet: int | None = None  # close: the packet of that FIN
+    rst_by: str | None = None  # close: "client" | "server", who sent the first TCP RST
+    rst_packet: int | None = None  # close: the packet of that RST
+    # close: None when the connection spoke AMQP 0-9-1 (or 0-9), else what the client began with:
+    # "amqp-1.0", "amqp-0-10", "amqp-other", "tls" (not decrypted), "http", "other", "nothing"
+    opening: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

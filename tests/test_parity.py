@@ -393,7 +393,8 @@ def _drop_expectation(name: str, k: int) -> tuple[Counter[Key], tuple[int, str, 
     """Frames kept when packet ``k`` is dropped, and (flow, dir, gap size, packet of the gap).
 
     The bytes after the hole are held by reassembly until the peer acknowledges past the hole (the
-    receiver had them, so the capture lost them); the frames in them complete on that packet."""
+    receiver had them, so the capture lost them): the gap is declared at that packet, and the frames
+    after it are reported at the packets that carried them, as tshark reports them."""
     lay, _ = located(name)
     (flow, d), a, b = _chunk_of(lay, k)
     segs = _segments(CAPTURES / name)
@@ -415,7 +416,7 @@ def _drop_expectation(name: str, k: int) -> tuple[Counter[Key], tuple[int, str, 
     def new(s: variants.Span) -> int | None:
         if (s.flow, s.dir) == (flow, d) and s.start < b and s.end > a:
             return None  # the frame had bytes in the dropped packet
-        p = declarer if (s.flow, s.dir) == (flow, d) and s.packet in held else s.packet
+        p = s.packet
         return p - 1 if p > k else p
 
     return expected(name, new), (flow, d, b - a, declarer - 1)

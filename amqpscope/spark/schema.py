@@ -35,8 +35,8 @@ from amqpscope.events import (
     Tls,
 )
 
-SCHEMA_VERSION = 4  # 4: the maps hold only what no promoted column holds
-SCHEMA_FINGERPRINT = "7ffde4a2d6c33ce7"  # of describe(); see module doc before changing
+SCHEMA_VERSION = 5  # 5: connections say how TCP ended (fin_by/_packet, rst_by/_packet) and the opening
+SCHEMA_FINGERPRINT = "c3b87467a5700592"  # of describe(); see module doc before changing
 
 # Partition columns, last in every table: the capture's UTC day (of its first packet) and a stable
 # id of its URI. Rerunning the job over a capture overwrites exactly its partitions.

@@ -211,6 +211,11 @@ enum Field {
     BytesS2c,
     ClientProperties,
     ServerProperties,
+    FinBy,
+    FinPacket,
+    RstBy,
+    RstPacket,
+    Opening,
     // accounting
     StreamBytes,
     FrameBytes,
@@ -267,7 +272,7 @@ enum Field {
 }
 
 /// Every event field by column name, with its Arrow type.
-const FIELDS: [(&str, Field, Ty); 100] = [
+const FIELDS: [(&str, Field, Ty); 105] = [
     ("packet", Field::Packet, Ty::Int),
     ("ts", Field::Ts, Ty::Float),
     ("conn", Field::Conn, Ty::Int),
@@ -320,6 +325,11 @@ const FIELDS: [(&str, Field, Ty); 100] = [
     ("bytes_s2c", Field::BytesS2c, Ty::Int),
     ("client_properties", Field::ClientProperties, Ty::Map),
     ("server_properties", Field::ServerProperties, Ty::Map),
+    ("fin_by", Field::FinBy, Ty::Str),
+    ("fin_packet", Field::FinPacket, Ty::Int),
+    ("rst_by", Field::RstBy, Ty::Str),
+    ("rst_packet", Field::RstPacket, Ty::Int),
+    ("opening", Field::Opening, Ty::Str),
     ("stream_bytes", Field::StreamBytes, Ty::Int),
     ("frame_bytes", Field::FrameBytes, Ty::Int),
     ("header_bytes", Field::HeaderBytes, Ty::Int),
@@ -522,6 +532,11 @@ impl Field {
             (F::TlsVersion, K::Connection) => get!(Str, Connection, |e| e.tls_version.as_deref()),
             (F::TlsSuite, K::Connection) => get!(Str, Connection, |e| e.tls_suite.as_deref()),
             (F::TlsResumed, K::Connection) => get!(Bool, Connection, |e| e.tls_resumed),
+            (F::FinBy, K::Connection) => get!(Str, Connection, |e| e.fin_by.as_deref()),
+            (F::FinPacket, K::Connection) => get!(UInt, Connection, |e| e.fin_packet),
+            (F::RstBy, K::Connection) => get!(Str, Connection, |e| e.rst_by.as_deref()),
+            (F::RstPacket, K::Connection) => get!(UInt, Connection, |e| e.rst_packet),
+            (F::Opening, K::Connection) => get!(Str, Connection, |e| e.opening),
             (F::Client, K::Tls) => get!(Str, Tls, |e| Some(e.client.as_str())),
             (F::Server, K::Tls) => get!(Str, Tls, |e| Some(e.server.as_str())),
             (F::Version, K::Tls) => get!(Str, Tls, |e| e.version.as_deref()),

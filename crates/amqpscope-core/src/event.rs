@@ -178,6 +178,16 @@ pub struct Connection {
     pub tls_version: Option<String>,
     pub tls_suite: Option<String>,
     pub tls_resumed: Option<bool>,
+    /// close: who sent the flow's first TCP FIN ("client" | "server") and its packet.
+    pub fin_by: Option<String>,
+    pub fin_packet: Option<u64>,
+    /// close: who sent the flow's first TCP RST and its packet.
+    pub rst_by: Option<String>,
+    pub rst_packet: Option<u64>,
+    /// close: None when the connection spoke AMQP 0-9-1 (or 0-9); otherwise what the client's
+    /// first bytes were: "amqp-1.0", "amqp-0-10", "amqp-other", "tls" (not decrypted), "http",
+    /// "other", or "nothing" (no payload either way).
+    pub opening: Option<&'static str>,
 }
 
 /// A TLS connection (AMQPS), reported once when it closes: what its handshake showed, what was

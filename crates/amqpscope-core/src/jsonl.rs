@@ -284,6 +284,16 @@ fn write_connection(out: &mut Vec<u8>, e: &Connection) {
         Some(b) => write_bool(out, b),
         None => out.extend_from_slice(b"null"),
     }
+    key!(out, "fin_by");
+    write_opt_str(out, e.fin_by.as_deref());
+    key!(out, "fin_packet");
+    write_opt_u64(out, e.fin_packet);
+    key!(out, "rst_by");
+    write_opt_str(out, e.rst_by.as_deref());
+    key!(out, "rst_packet");
+    write_opt_u64(out, e.rst_packet);
+    key!(out, "opening");
+    write_opt_str(out, e.opening);
 }
 
 fn write_tls(out: &mut Vec<u8>, e: &Tls) {

@@ -26,7 +26,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::limits::Limits;
-use crate::types::{CloseHow, Endpoint, Segment, TcpEvent, ACK, FIN, RST, SYN};
+use crate::types::{CloseHow, Endpoint, Segment, TcpEvent, TcpMark, ACK, FIN, RST, SYN};
 
 const NIL: u32 = u32::MAX;
 
@@ -75,6 +75,26 @@ const STAT_NAMES: [&str; 10] = [
 struct Held {
     data: Vec<u8>,
     order: u64,
+    /// The segment's own packet: after a gap its bytes are reported there (tshark does), not at
+    /// the packet that declared the gap.
+    from: From,
+}
+
+/// The packet a piece of data came in, its time and what it acknowledged.
+#[derive(Debug, Clone, Copy)]
+struct From {
+    packet: u64,
+    ts: i64,
+    acked: Option<u32>,
+}
+
+/// Bytes of `peer`'s stream a segment with these flags and ack number acknowledges (modulo 2^32).
+#[inline]
+fn acked(flags: u8, ack: u32, peer: &Half) -> Option<u32> {
+    if flags & ACK == 0 {
+        return None;
+    }
+    peer.anchor.map(|a| ack.wrapping_sub(a))
 }
 
 /// One direction of a flow.
@@ -86,6 +106,8 @@ struct Half {
     isn: Option<u32>,
     /// None until anchored.
     next_seq: Option<u32>,
+    /// The sequence number of the stream's first byte (where `next_seq` was anchored).
+    anchor: Option<u32>,
     ooo: BTreeMap<u32, Held>,
     ooo_bytes: u64,
     /// Insertion counter for `ooo`.
@@ -103,6 +125,7 @@ impl Half {
             dst,
             isn: None,
             next_seq: None,
+            anchor: None,
             ooo: BTreeMap::new(),
             ooo_bytes: 0,
             order: 0,
@@ -128,6 +151,9 @@ struct Flow {
     closed: bool,
     last_ts: i64,
     last_packet: u64,
+    /// The first FIN and the first RST captured.
+    fin: Option<TcpMark>,
+    rst: Option<TcpMark>,
     /// LRU neighbours (slots); `prev` is older.
     prev: u32,
     next: u32,
@@ -252,6 +278,7 @@ impl Reassembler {
                 flow.last_ts = ts;
                 flow.last_packet = seg.index;
                 let (id, src, dst) = (flow.id, me.src, me.dst);
+                let acked = acked(seg.flags, seg.ack, peer);
                 self.touch(slot);
                 if ts as i128 >= self.sweep_at {
                     self.sweep(ts, out);
@@ -267,6 +294,7 @@ impl Reassembler {
                         data: seg.payload.to_vec(),
                         packet: seg.index,
                         ts_ns: ts,
+                        acked,
                     });
                 }
                 return;
@@ -373,6 +401,8 @@ impl Reassembler {
             closed: false,
             last_ts: 0,
             last_packet: 0,
+            fin: None,
+            rst: None,
             prev: NIL,
             next: NIL,
         };
@@ -510,7 +540,15 @@ impl Reassembler {
         self.touch(slot);
         let flow = self.flows[slot as usize].as_mut().expect("flow");
 
+        let mark = TcpMark {
+            by: seg.src,
+            packet: seg.index,
+        };
+        if flags & FIN != 0 && flow.fin.is_none() {
+            flow.fin = Some(mark);
+        }
         if flags & RST != 0 {
+            flow.rst = Some(mark);
             close(flow, &mut self.ctx, CloseHow::Rst, seg.index, ts, out);
             return;
         }
@@ -537,10 +575,20 @@ impl Reassembler {
             if flags & FIN != 0 && me.fin_seq.is_none() {
                 me.fin_seq = Some(add(seq, payload.len() as i64));
             }
+            for half in [me, peer] {
+                if half.anchor.is_none() {
+                    half.anchor = half.next_seq;
+                }
+            }
         }
 
         if !payload.is_empty() && flow.h[side].next_seq.is_some() {
-            self.add_data(slot, side, seq, payload, seg.index, ts, out);
+            let from = From {
+                packet: seg.index,
+                ts,
+                acked: acked(flags, seg.ack, &flow.h[1 - side]),
+            };
+            self.add_data(slot, side, seq, payload, from, out);
         }
 
         let flow = self.flows[slot as usize].as_mut().expect("flow");
@@ -575,17 +623,16 @@ impl Reassembler {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn add_data(
         &mut self,
         slot: u32,
         side: usize,
         seq: u32,
         payload: &[u8],
-        packet: u64,
-        ts: i64,
+        from: From,
         out: &mut Vec<TcpEvent>,
     ) {
+        let (packet, ts) = (from.packet, from.ts);
         let flow = self.flows[slot as usize].as_mut().expect("flow");
         let id = flow.id;
         let h = &mut flow.h[side];
@@ -609,7 +656,8 @@ impl Reassembler {
             let mut data = Vec::with_capacity(payload.len());
             data.extend_from_slice(payload);
             if !h.ooo.is_empty() {
-                drain(h, ctx, &mut data);
+                // held bytes this segment joins up are complete at its packet
+                drain(h, ctx, &mut |piece, _| data.extend_from_slice(piece));
             }
             out.push(TcpEvent::Data {
                 flow: id,
@@ -618,6 +666,7 @@ impl Reassembler {
                 data,
                 packet,
                 ts_ns: ts,
+                acked: from.acked,
             });
             return;
         }
@@ -631,6 +680,7 @@ impl Reassembler {
             let old = held.data.len() as u64;
             held.data.clear();
             held.data.extend_from_slice(payload);
+            held.from = from;
             h.ooo_bytes -= old;
             ctx.buffered_total -= old;
         } else {
@@ -642,6 +692,7 @@ impl Reassembler {
                 Held {
                     data: payload.to_vec(),
                     order,
+                    from,
                 },
             );
         }
@@ -707,17 +758,18 @@ fn pair(h: &mut [Half; 2], side: usize) -> (&mut Half, &mut Half) {
     }
 }
 
-/// Append held segments that are now contiguous with `h.next_seq` to `data`.
+/// Hand held segments that are now contiguous with `h.next_seq` to `sink`, in stream order,
+/// each with the packet it came in.
 ///
 /// An exact fit at the edge is taken first; otherwise, of the held segments at or before the
 /// edge, the one held first (Python's dict order). Those wholly before the edge give nothing and
 /// are dropped whatever their order.
-fn drain(h: &mut Half, ctx: &mut Ctx, data: &mut Vec<u8>) {
+fn drain(h: &mut Half, ctx: &mut Ctx, sink: &mut dyn FnMut(&[u8], From)) {
     while !h.ooo.is_empty() {
         let Some(nxt) = h.next_seq else { return };
         if let Some(held) = h.ooo.remove(&nxt) {
             ctx.release(h, held.data.len());
-            data.extend_from_slice(&held.data);
+            sink(&held.data, held.from);
             h.next_seq = Some(add(nxt, held.data.len() as i64));
             continue;
         }
@@ -759,7 +811,7 @@ fn drain(h: &mut Half, ctx: &mut Ctx, data: &mut Vec<u8>) {
         ctx.release(h, held.data.len());
         let trim = nxt.wrapping_sub(s) as usize;
         let part = &held.data[trim..];
-        data.extend_from_slice(part);
+        sink(part, held.from);
         h.next_seq = Some(add(nxt, part.len() as i64));
     }
 }
@@ -808,19 +860,32 @@ fn skip_hole(
         });
         h.next_seq = Some(add(nxt, size));
     }
-    let mut data = Vec::new();
-    drain(h, ctx, &mut data);
-    let any = !data.is_empty();
-    if any {
+    // The bytes after the hole are reported at the packets that carried them: no later packet
+    // was needed to make them whole, and tshark places their frames there too.
+    let (src, dst) = (h.src, h.dst);
+    let mut any = false;
+    let mut sink = |piece: &[u8], from: From| {
+        if any {
+            // pieces of one packet (a held segment the edge cut into) stay one chunk
+            if let Some(TcpEvent::Data { data, packet, .. }) = out.last_mut() {
+                if *packet == from.packet {
+                    data.extend_from_slice(piece);
+                    return;
+                }
+            }
+        }
+        any = true;
         out.push(TcpEvent::Data {
             flow: id,
-            src: h.src,
-            dst: h.dst,
-            data,
-            packet,
-            ts_ns: ts,
+            src,
+            dst,
+            data: piece.to_vec(),
+            packet: from.packet,
+            ts_ns: from.ts,
+            acked: from.acked,
         });
-    }
+    };
+    drain(h, ctx, &mut sink);
     if let Some(fin) = h.fin_pending() {
         if h.next_seq == Some(fin) {
             h.done = true;
@@ -855,6 +920,8 @@ fn close(
         how,
         packet,
         ts_ns: ts,
+        fin: flow.fin,
+        rst: flow.rst,
     });
 }
 
@@ -1041,7 +1108,7 @@ mod tests {
             [
                 "data 0 c>s \"abc\" @4",
                 "gap 0 c>s 5 @6",
-                "data 0 c>s \"XYZ\" @6",
+                "data 0 c>s \"XYZ\" @5", // at the packet that carried it, not the ACK's
                 "data 0 c>s \"tail\" @7"
             ]
         );
@@ -1057,9 +1124,70 @@ mod tests {
         run.seg(true, 8, 2, ACK, b"");
         assert_eq!(
             run.text()[1..],
-            ["gap 0 c>s 3 @5", "data 0 c>s \"end\" @5", "close 0 fin @5",]
+            ["gap 0 c>s 3 @5", "data 0 c>s \"end\" @4", "close 0 fin @5",]
         );
         assert_eq!(run.r.stat(Stat::PacketsAfterClose), 1);
+    }
+
+    #[test]
+    fn bytes_after_a_hole_keep_their_own_packets() {
+        // Three segments held behind a hole, declared lost by the peer's ACK at packet 8: each
+        // is reported at the packet that carried it; two pieces of one packet stay one chunk.
+        let mut run = Run::new(Limits::default());
+        handshake(&mut run, 0, 0);
+        run.seg(true, 1, 1, ACK, b"ab");
+        run.seg(true, 6, 1, ACK, b"FG"); // 3..6 never captured
+        run.seg(true, 8, 1, ACK, b"HI");
+        run.seg(true, 10, 1, ACK, b"JK");
+        run.seg(false, 1, 12, ACK, b"");
+        assert_eq!(
+            run.text()[1..],
+            [
+                "data 0 c>s \"ab\" @4",
+                "gap 0 c>s 3 @8",
+                "data 0 c>s \"FG\" @5",
+                "data 0 c>s \"HI\" @6",
+                "data 0 c>s \"JK\" @7",
+            ]
+        );
+    }
+
+    #[test]
+    fn the_first_fin_and_rst_are_marked_with_their_sender_and_packet() {
+        let mut run = Run::new(Limits::default());
+        handshake(&mut run, 0, 0);
+        run.seg(true, 1, 1, ACK | FIN, b""); // packet 4: the client's FIN
+        run.seg(true, 1, 1, ACK | FIN, b""); // a retransmission: not the first
+        run.seg(false, 1, 2, RST, b""); // packet 6: the server resets
+        let close = run.out.iter().find_map(|e| match e {
+            TcpEvent::Close { how, fin, rst, .. } => Some((*how, *fin, *rst)),
+            _ => None,
+        });
+        let mark = |port, packet| {
+            Some(TcpMark {
+                by: ep(port),
+                packet,
+            })
+        };
+        assert_eq!(close, Some((CloseHow::Rst, mark(C, 4), mark(S, 6))));
+    }
+
+    #[test]
+    fn data_carries_what_its_packet_acknowledged_of_the_other_stream() {
+        let mut run = Run::new(Limits::default());
+        handshake(&mut run, 100, 5000);
+        run.seg(false, 5001, 101, ACK, b"hello"); // fast path: acks 0 client bytes
+        run.seg(true, 101, 5006, ACK, b"hi"); // acks the server's 5 bytes
+        run.seg(true, 103, 5003, ACK | PSH, b"!"); // an old ack number
+        let acks: Vec<Option<u32>> = run
+            .out
+            .iter()
+            .filter_map(|e| match e {
+                TcpEvent::Data { acked, .. } => Some(*acked),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(acks, [Some(0), Some(5), Some(2)]);
     }
 
     #[test]
@@ -1073,13 +1201,13 @@ mod tests {
         run.seg(true, 11, 1, ACK, b"b");
         run.seg(true, 21, 1, ACK, b"c");
         run.seg(true, 31, 1, ACK, b"d"); // third held: the hole before "b" goes
-        assert_eq!(run.text()[1..], ["gap 0 c>s 10 @6", "data 0 c>s \"b\" @6"]);
+        assert_eq!(run.text()[1..], ["gap 0 c>s 10 @6", "data 0 c>s \"b\" @4"]);
         run.finish();
         assert_eq!(
             run.text()[3..],
             [
                 "gap 0 c>s 9 @6",
-                "data 0 c>s \"c\" @6",
+                "data 0 c>s \"c\" @5",
                 "gap 0 c>s 9 @6",
                 "data 0 c>s \"d\" @6",
                 "close 0 eof @6"

@@ -17,7 +17,7 @@ use crate::frames::{FrameStream, StreamAccounting, StreamItem};
 use crate::fxhash::FxHashMap as HashMap;
 use crate::limits::Limits;
 use crate::tls::{starts_tls, KeyLog, TlsConn, TlsLayer, TlsOut, TlsOuts};
-use crate::types::{CloseHow, Endpoint, TcpEvent};
+use crate::types::{CloseHow, Endpoint, TcpEvent, TcpMark};
 use crate::value::{get, Name, Table, Value};
 
 pub const REDACTED: &str = "[redacted]";
@@ -114,6 +114,35 @@ struct Conn {
     tls_checked: bool,
     /// The TLS record whose plaintext is being framed, for the frames it completes.
     layer: Option<TlsLayer>,
+    /// Per stream (`senders` order): its first bytes (plaintext for TLS), what `opening` names.
+    heads: [Vec<u8>; 2],
+    /// Per stream: TCP bytes so far (data and gaps), the offsets TCP acknowledgements count in.
+    tcp_off: [u64; 2],
+    /// The stream being fed and its TCP offset at the end of the data (not for TLS: its frames'
+    /// bytes are not the TCP bytes).
+    feeding: Option<(usize, u64)>,
+    /// Per stream: the TCP offset by which its connection.close had been sent, and whether the
+    /// other side has acknowledged it.
+    close_end: [Option<u64>; 2],
+    close_acked: [bool; 2],
+    /// The first FIN and RST of the flow, from reassembly's close.
+    fin: Option<TcpMark>,
+    rst: Option<TcpMark>,
+}
+
+/// Bytes of a stream's start kept to name what a connection that never spoke AMQP 0-9-1 began
+/// with (an HTTP request line's method, an AMQP protocol header).
+const HEAD_BYTES: usize = 16;
+
+/// A connection.close whose arrival the other side's TCP acknowledgement proved: that side's
+/// frames from `packet` on were sent after it had the close.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CloseArrived {
+    pub conn: i64,
+    /// The direction of the connection.close.
+    pub closer: Dir,
+    /// The packet whose acknowledgement covers the close's last byte.
+    pub packet: u64,
 }
 
 /// All connections of one capture (or live interface).
@@ -127,6 +156,8 @@ pub struct Session {
     keylog: KeyLog,
     /// TLS bytes of closed connections: (captured, never decrypted, lost in gaps).
     tls_closed: (u64, u64, u64),
+    /// Closes proven arrived since the last `take_close_arrivals`.
+    arrived: Vec<CloseArrived>,
 }
 
 impl Session {
@@ -145,7 +176,14 @@ impl Session {
                 k
             },
             tls_closed: (0, 0, 0),
+            arrived: Vec::new(),
         }
+    }
+
+    /// The connection.closes TCP acknowledgements proved arrived since the last call (in the
+    /// order found; each before the events of the packet that proved it).
+    pub fn take_close_arrivals(&mut self) -> std::vec::Drain<'_, CloseArrived> {
+        self.arrived.drain(..)
     }
 
     /// More key log text (a pcapng Decryption Secrets Block, a growing key log file). Records
@@ -237,6 +275,7 @@ impl Session {
             closed,
             keylog,
             tls_closed,
+            arrived,
         } = self;
         let ctx = Ctx {
             codec,
@@ -251,9 +290,13 @@ impl Session {
                 data,
                 packet,
                 ts_ns,
+                acked,
                 ..
             } => {
                 if let Some(conn) = conns.get_mut(&flow) {
+                    if let Some(a) = acked {
+                        arrived.extend(conn.acked(src, a, packet));
+                    }
                     conn.data(&ctx, src, &data, packet, ts_ns, out);
                 }
             }
@@ -287,8 +330,12 @@ impl Session {
                 how,
                 packet,
                 ts_ns,
+                fin,
+                rst,
             } => {
                 if let Some(mut conn) = conns.remove(&flow) {
+                    conn.fin = fin;
+                    conn.rst = rst;
                     conn.close(&ctx, how.as_str(), packet, ts_ns, out);
                     if conn.amqp == Some(true) {
                         conn.add_accounting(closed);
@@ -319,6 +366,8 @@ impl Session {
                 how,
                 packet,
                 ts_ns,
+                fin: None,
+                rst: None,
             },
             out,
         );
@@ -384,6 +433,13 @@ impl Conn {
             tls: None,
             tls_checked: false,
             layer: None,
+            heads: [Vec::new(), Vec::new()],
+            tcp_off: [0; 2],
+            feeding: None,
+            close_end: [None; 2],
+            close_acked: [false; 2],
+            fin: None,
+            rst: None,
         }
     }
 
@@ -424,6 +480,23 @@ impl Conn {
         }
     }
 
+    /// A packet from `src` acknowledged `acked` bytes (modulo 2^32) of the other stream: the
+    /// other side's connection.close, if it covers its end, is proven arrived.
+    fn acked(&mut self, src: Endpoint, acked: u32, packet: u64) -> Option<CloseArrived> {
+        let j = 1 - self.stream_of(src)?;
+        let end = self.close_end[j]?;
+        // modulo 2^32 as sequence numbers compare: the close's end at or before the ack
+        if self.close_acked[j] || (acked.wrapping_sub(end as u32) as i32) < 0 {
+            return None;
+        }
+        self.close_acked[j] = true;
+        Some(CloseArrived {
+            conn: self.id as i64,
+            closer: self.dir_of(self.senders[j]),
+            packet,
+        })
+    }
+
     fn data(
         &mut self,
         ctx: &Ctx<'_>,
@@ -433,6 +506,9 @@ impl Conn {
         ts_ns: i64,
         out: &mut Vec<Event>,
     ) {
+        if let Some(i) = self.stream_of(src) {
+            self.tcp_off[i] += data.len() as u64;
+        }
         if !self.tls_checked && !data.is_empty() {
             self.tls_checked = true;
             if starts_tls(data) {
@@ -457,7 +533,9 @@ impl Conn {
             self.tls_outs(ctx, items, out);
             return;
         }
+        self.feeding = self.stream_of(src).map(|i| (i, self.tcp_off[i]));
         self.plain(ctx, src, data, packet, ts_ns, out);
+        self.feeding = None;
     }
 
     /// What the TLS layer made of the records of both directions.
@@ -567,6 +645,11 @@ impl Conn {
         out: &mut Vec<Event>,
     ) {
         let Some(i) = self.stream_of(src) else { return };
+        let head = &mut self.heads[i];
+        if head.len() < HEAD_BYTES {
+            let take = (HEAD_BYTES - head.len()).min(data.len());
+            head.extend_from_slice(&data[..take]);
+        }
         if self.amqp == Some(false) {
             let acc = &mut self.streams[i].accounting;
             acc.stream_bytes += data.len() as u64;
@@ -591,6 +674,9 @@ impl Conn {
         ts_ns: i64,
         out: &mut Vec<Event>,
     ) {
+        if let Some(i) = self.stream_of(src) {
+            self.tcp_off[i] += size;
+        }
         if let Some(tls) = self.tls.as_mut() {
             let mut items = TlsOuts::default();
             tls.gap(src == self.client, size, packet, ts_ns, &mut items);
@@ -1070,6 +1156,10 @@ impl Conn {
                     info.close = Some((arg(&args, "reply_code"), arg(&args, "reply_text"), d));
                 }
                 self.close_seen = true;
+                if let Some((i, end)) = self.feeding {
+                    // the end of the data that completed it: at or after the close's last byte
+                    self.close_end[i].get_or_insert(end);
+                }
             }
             _ => {}
         }
@@ -1168,8 +1258,70 @@ impl Conn {
             tls_version: self.tls_fields().0,
             tls_suite: self.tls_fields().1,
             tls_resumed: self.tls_fields().2,
+            fin_by: self.fin.map(|m| self.side(m.by).to_owned()),
+            fin_packet: self.fin.map(|m| m.packet),
+            rst_by: self.rst.map(|m| self.side(m.by).to_owned()),
+            rst_packet: self.rst.map(|m| m.packet),
+            opening: self.opening(c2s.frames + s2c.frames),
         }))
     }
+
+    fn side(&self, ep: Endpoint) -> &'static str {
+        if ep == self.client {
+            "client"
+        } else {
+            "server"
+        }
+    }
+
+    /// What the connection began with when it did not speak AMQP 0-9-1 (or 0-9); `frames`: the
+    /// frames decoded on it.
+    fn opening(&self, frames: u64) -> Option<&'static str> {
+        let head: &[u8] = match self.stream_of(self.client) {
+            Some(i) => &self.heads[i],
+            None => &[],
+        };
+        if let Some(version) = head.strip_prefix(b"AMQP") {
+            return match version {
+                [0, 0, 9, 1, ..] | [1, 1, 0, 9, ..] => None,
+                [0 | 2 | 3, 1, 0, 0, ..] => Some("amqp-1.0"),
+                [1, 1, 0, 10, ..] => Some("amqp-0-10"),
+                _ => Some("amqp-other"),
+            };
+        }
+        if frames > 0 {
+            return None; // AMQP 0-9-1 frames, the protocol header not captured
+        }
+        if self.tls.as_ref().is_some_and(|t| !t.summary().decrypted) {
+            return Some("tls");
+        }
+        if opening_is_http(head) {
+            return Some("http");
+        }
+        let bytes = self.tcp_off[0] + self.tcp_off[1];
+        Some(if head.is_empty() && bytes == 0 {
+            "nothing"
+        } else {
+            "other"
+        })
+    }
+}
+
+/// An HTTP request line's start (HTTP/2's connection preface included).
+fn opening_is_http(head: &[u8]) -> bool {
+    const METHODS: [&[u8]; 10] = [
+        b"GET ",
+        b"POST ",
+        b"PUT ",
+        b"HEAD ",
+        b"DELETE ",
+        b"OPTIONS ",
+        b"PATCH ",
+        b"CONNECT ",
+        b"TRACE ",
+        b"PRI * HTTP/2",
+    ];
+    METHODS.iter().any(|m| head.starts_with(m))
 }
 
 /// A frame that carries no method or properties (body, heartbeat, the 0-8/0-9 oob and trace types).
@@ -1275,3 +1427,7 @@ fn redact_response(mechanism: Option<&str>, user: Option<&str>, response: Option
     }
     Value::Str(REDACTED.into())
 }
+
+#[cfg(test)]
+#[path = "session_tests.rs"]
+mod tests;

@@ -116,6 +116,13 @@ impl CloseHow {
     }
 }
 
+/// Who sent a TCP flag and in which packet (the first FIN or RST of a flow).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcpMark {
+    pub by: Endpoint,
+    pub packet: u64,
+}
+
 /// What TCP reassembly emits, per flow and direction. `flow` is assigned in order of first
 /// appearance (0, 1, 2 … like tshark's tcp.stream); `src`/`dst` give the direction of the bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -135,9 +142,13 @@ pub enum TcpEvent {
         src: Endpoint,
         dst: Endpoint,
         data: Vec<u8>,
-        /// The packet whose arrival made these bytes contiguous.
+        /// The packet whose arrival made these bytes contiguous (after a gap: the packet that
+        /// carried them).
         packet: u64,
         ts_ns: i64,
+        /// Bytes of the other direction, from its stream start, that this packet acknowledged,
+        /// modulo 2^32 (None without an ACK or before that direction's start is known).
+        acked: Option<u32>,
     },
     /// Bytes of one direction that never arrived; never zero-filled. `size` 0 when unknown.
     Gap {
@@ -153,5 +164,8 @@ pub enum TcpEvent {
         how: CloseHow,
         packet: u64,
         ts_ns: i64,
+        /// The flow's first FIN and first RST as captured (whatever their place in sequence).
+        fin: Option<TcpMark>,
+        rst: Option<TcpMark>,
     },
 }

@@ -220,7 +220,32 @@ fn connection(ev: &Bound<'_, PyAny>, base: Base) -> PyResult<Connection> {
         tls_version: attr(ev, "tls_version")?,
         tls_suite: attr(ev, "tls_suite")?,
         tls_resumed: attr(ev, "tls_resumed")?,
+        fin_by: attr(ev, "fin_by")?,
+        fin_packet: attr(ev, "fin_packet")?,
+        rst_by: attr(ev, "rst_by")?,
+        rst_packet: attr(ev, "rst_packet")?,
+        opening: opening(attr(ev, "opening")?)?,
     })
+}
+
+/// The core's name for a connection's opening (its values are a closed set).
+fn opening(v: Option<String>) -> PyResult<Option<&'static str>> {
+    const OPENINGS: [&str; 7] = [
+        "amqp-1.0",
+        "amqp-0-10",
+        "amqp-other",
+        "tls",
+        "http",
+        "other",
+        "nothing",
+    ];
+    match v {
+        None => Ok(None),
+        Some(s) => match OPENINGS.iter().find(|o| **o == s) {
+            Some(o) => Ok(Some(o)),
+            None => Err(PyValueError::new_err(format!("bad opening {s:?}"))),
+        },
+    }
 }
 
 fn tls(ev: &Bound<'_, PyAny>, base: Base) -> PyResult<Tls> {

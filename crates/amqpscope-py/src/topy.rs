@@ -208,6 +208,11 @@ fn connection<'c>(kw: &Kw<'_>, e: &Connection, c: &'c Class) -> PyResult<&'c Cla
     kw.set_item(intern!(py, "tls_version"), e.tls_version.as_deref())?;
     kw.set_item(intern!(py, "tls_suite"), e.tls_suite.as_deref())?;
     kw.set_item(intern!(py, "tls_resumed"), e.tls_resumed)?;
+    kw.set_item(intern!(py, "fin_by"), e.fin_by.as_deref())?;
+    kw.set_item(intern!(py, "fin_packet"), e.fin_packet)?;
+    kw.set_item(intern!(py, "rst_by"), e.rst_by.as_deref())?;
+    kw.set_item(intern!(py, "rst_packet"), e.rst_packet)?;
+    kw.set_item(intern!(py, "opening"), e.opening)?;
     Ok(c)
 }
 

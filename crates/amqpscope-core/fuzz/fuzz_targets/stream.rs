@@ -63,6 +63,8 @@ fuzz_target!(|data: &[u8]| {
                 data: bytes.to_vec(),
                 packet,
                 ts_ns: 0,
+                // what a packet acknowledges of the other stream: any value, a close may be proven
+                acked: Some(u32::from(how) * 64),
             },
         };
         session.handle(tev, &mut out);
@@ -73,6 +75,8 @@ fuzz_target!(|data: &[u8]| {
             how: CloseHow::Eof,
             packet: u64::MAX,
             ts_ns: 0,
+            fin: None,
+            rst: None,
         },
         &mut out,
     );
