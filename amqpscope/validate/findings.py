@@ -67,6 +67,8 @@ OWN_RULES: dict[str, tuple[str | None, str]] = {
     "field.reserved": (None, "reserved fields are zero or empty"),
     "capability.not-announced": (None, "RabbitMQ extension methods only to clients that announced the capability"),
     "heartbeat.silence": (None, "a peer is never silent for two negotiated heartbeat intervals"),
+    "connection.frame-after-close-received": (None, "no client method after its TCP ACK covered the server's "
+                                              "connection.close"),
 }
 
 

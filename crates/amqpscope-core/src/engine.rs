@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::capture::{CaptureError, PacketReader};
 use crate::codec::Codec;
-use crate::event::{Accounting, Base, Event};
+use crate::event::{Accounting, Base, Dir, Event};
 use crate::ledger::{Ledger, Outcome};
 use crate::limits::Limits;
 use crate::net::SegmentParser;
@@ -187,6 +187,12 @@ impl Engine {
             }
             let start = out.len();
             self.session.handle(tev, out);
+            for arrived in self.session.take_close_arrivals() {
+                // before the frames of the packet that proved it
+                if let (Some(validator), Dir::S2C) = (self.validator.as_mut(), arrived.closer) {
+                    validator.close_received(arrived.conn, arrived.packet);
+                }
+            }
             self.after_session(start, out);
         }
         self.tcp = tcp; // its buffer, kept

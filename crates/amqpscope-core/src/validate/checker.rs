@@ -162,6 +162,16 @@ impl Checker {
     pub fn finish(&mut self, out: &mut Vec<Finding>) {
         self.state.finish(out);
     }
+
+    /// The client's TCP acknowledgement at `packet` covered the server's connection.close on
+    /// connection `conn`: its methods from there on were sent after the close had arrived.
+    pub fn close_received(&mut self, conn: i64, packet: u64) {
+        if let Some((_, cs)) = self.state.conns.get_mut(&conn) {
+            if cs.closing == Some(Dir::S2C) {
+                cs.close_watch.received_at.get_or_insert(packet);
+            }
+        }
+    }
 }
 
 impl State {

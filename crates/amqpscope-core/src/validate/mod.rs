@@ -62,6 +62,13 @@ impl Validator {
         self.drain(out);
     }
 
+    /// The client's TCP acknowledgement at `packet` covered the server's connection.close on
+    /// connection `conn` (reassembly's ack numbers): its methods from that packet on were sent
+    /// after the close had arrived (`connection.frame-after-close-received`).
+    pub fn close_received(&mut self, conn: i64, packet: u64) {
+        self.checker.close_received(conn, packet);
+    }
+
     fn drain(&mut self, out: &mut Vec<Event>) {
         for f in self.found.drain(..) {
             // RabbitMQ's own answer where it differs from the spec's rule (rules_tables.RABBITMQ_CODES)

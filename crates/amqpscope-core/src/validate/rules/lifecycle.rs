@@ -16,7 +16,10 @@ use super::Verdict;
 /// show when the close reached that peer, so the Python validator let every one of them pass: a client that
 /// went on publishing or declaring after the server's close was never reported. Here a frame of the
 /// other peer is reported (once per close) when the capture proves it was sent after the close
-/// arrived (`CloseWatch::evidence`).
+/// arrived (`CloseWatch::evidence`). Failing that proof, a method the client sent after its TCP
+/// acknowledgement covered the server's connection.close is reported as
+/// `connection.frame-after-close-received`: the close had reached the client's host (whether the
+/// client had read it, TCP cannot tell), and the server discards the method.
 pub fn connection_close(
     cat: &Catalogue,
     cs: &mut ConnState,
@@ -46,10 +49,15 @@ pub fn connection_close(
         }
         let busy = cs.content.keys().any(|k| k.0 == closer.other());
         let Some(why) = cs.close_watch.evidence(ev.base.ts_ns, busy, closer.other()) else {
+            if let Some(acked) = cs.close_watch.received_by(ev.base.packet) {
+                out.push(frame_after_close_received(cat, cs, ev, name, acked));
+                return Verdict::Claimed;
+            }
             // in flight when the close was sent (as far as the capture shows): the closer
             // discards it, legal
             return Verdict::Skip;
         };
+        cs.close_watch.ack_reported = true; // this close is reported
         let (who, peer) = match closer {
             Dir::S2C => ("client", "server"),
             Dir::C2S => ("server", "client"),
@@ -81,6 +89,39 @@ pub fn connection_close(
         return Verdict::Claimed;
     }
     Verdict::Skip
+}
+
+/// The client's method at `ev`, sent after its TCP acknowledgement at packet `acked` covered the
+/// server's connection.close.
+fn frame_after_close_received(
+    cat: &Catalogue,
+    cs: &ConnState,
+    ev: &Frame,
+    name: &str,
+    acked: u64,
+) -> Finding {
+    let rule = "connection.frame-after-close-received";
+    let close = cs.close_packet;
+    let (ack, packets) = if acked == ev.base.packet {
+        ("the same packet".to_owned(), vec![close, ev.base.packet])
+    } else {
+        (
+            format!("packet {acked}"),
+            vec![close, acked, ev.base.packet],
+        )
+    };
+    cat.finding_with(
+        &ev.base,
+        rule,
+        WARNING,
+        format!(
+            "{name} sent by the client after the server's connection.close (packet {close}) had \
+             arrived: the client's TCP acknowledgement in {ack} covers it; the server discards \
+             everything but close-ok"
+        ),
+        &packets,
+        cat.code(rule),
+    )
 }
 
 /// Silence of the other peer after a connection.close that proves its next method was written
@@ -121,6 +162,11 @@ pub struct CloseWatch {
     /// Packet of the other peer's close-ok (0: none yet).
     pub close_ok: u64,
     reported: bool,
+    /// The first packet of the client whose TCP acknowledgement covered the server's
+    /// connection.close (told by the engine from reassembly; None: not proven).
+    pub received_at: Option<u64>,
+    /// This close was reported (by either rule): once per close.
+    pub ack_reported: bool,
 }
 
 impl CloseWatch {
@@ -136,6 +182,16 @@ impl CloseWatch {
             let best = &mut self.answer_ns[di(d)];
             *best = Some(best.map_or(took, |b| b.min(took)));
         }
+    }
+
+    /// The packet of the TCP acknowledgement that proves the close had arrived before a method
+    /// at `packet`, the first time only.
+    fn received_by(&mut self, packet: u64) -> Option<u64> {
+        let at = self
+            .received_at
+            .filter(|&a| a <= packet && !self.ack_reported)?;
+        self.ack_reported = true;
+        Some(at)
     }
 
     fn closed_at(&mut self, ts_ns: i64, other_busy: bool) {
@@ -308,6 +364,7 @@ pub fn header_reply(cat: &Catalogue, asked: Option<&str>, ev: &ProtocolHeader) -
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::Base;
 
     const MS: i64 = 1_000_000;
 
@@ -366,5 +423,55 @@ mod tests {
         let mut w = CloseWatch::default();
         w.closed_at(0, false);
         assert_eq!(w.evidence(i64::MAX, false, Dir::C2S), None);
+    }
+
+    fn method(packet: u64, dir: Dir, name: &str) -> Frame {
+        Frame {
+            base: Base {
+                packet,
+                ts_ns: packet as i64 * 1_000_000,
+                conn: 0,
+                dir: Some(dir),
+                channel: Some(1),
+            },
+            ftype: "method".into(),
+            size: 12,
+            class_id: None,
+            method_id: None,
+            method: Some(name.to_owned().into()),
+            args: None,
+            body_size: None,
+            properties: None,
+            resync: false,
+            problem: None,
+            payload: None,
+            tls: None,
+        }
+    }
+
+    #[test]
+    fn a_client_method_after_its_ack_covered_the_servers_close_is_reported_once() {
+        let cat = Catalogue::default();
+        let mut cs = ConnState::default();
+        let mut out = Vec::new();
+        let mut feed = |cs: &mut ConnState, packet: u64, dir: Dir, name: &str| {
+            connection_close(&cat, cs, &method(packet, dir, name), name, &mut out)
+        };
+        assert_eq!(feed(&mut cs, 10, Dir::S2C, "connection.close"), Verdict::Go);
+        cs.close_packet = 10;
+        // crossed the close in flight: no acknowledgement covers it yet
+        assert_eq!(feed(&mut cs, 11, Dir::C2S, "basic.publish"), Verdict::Skip);
+        cs.close_watch.received_at = Some(12);
+        assert_eq!(
+            feed(&mut cs, 13, Dir::C2S, "queue.declare"),
+            Verdict::Claimed
+        );
+        assert_eq!(feed(&mut cs, 14, Dir::C2S, "basic.publish"), Verdict::Skip);
+        assert_eq!(out.len(), 1);
+        let f = &out[0];
+        assert_eq!(f.rule, "connection.frame-after-close-received");
+        assert_eq!((f.severity, f.base.packet), (WARNING, 13));
+        assert_eq!(f.packets, [10, 12, 13]);
+        assert!(f.message.contains("TCP acknowledgement in packet 12"));
     }
 }
