@@ -40,6 +40,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from native_build import ensure_release_core  # noqa: E402
+
+ensure_release_core()  # before the core is loaded: the figures are the release build's (docs/build.md)
+
 import pyarrow as pa  # noqa: E402
 
 from amqpscope._native import ParquetSink, _build_floor  # noqa: E402

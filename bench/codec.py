@@ -36,6 +36,10 @@ for p in (ROOT, ROOT / "bench"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
+from native_build import ensure_release_core  # noqa: E402
+
+ensure_release_core()  # before the core is loaded: the figures are the release build's (docs/build.md)
+
 import dpkt_pamqp  # noqa: E402
 from pamqp.exceptions import UnmarshalingException  # noqa: E402
 from pamqp.frame import unmarshal  # noqa: E402

@@ -62,6 +62,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from native_build import ensure_release_core  # noqa: E402
+
+ensure_release_core()  # before the core is loaded: the figures are the release build's (docs/build.md)
+
 from amqpscope.capture import read_packets  # noqa: E402
 from amqpscope.pcapwrite import write_pcap  # noqa: E402
 from amqpscope.testing.sniffer import count_amqp_frames  # noqa: E402

@@ -184,6 +184,9 @@ def tshark_result(c: Capturer) -> dict[str, Any]:
 
 
 def main() -> None:
+    from native_build import ensure_release_core
+
+    ensure_release_core()  # the figures are the release build's (docs/build.md)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("recording")
     ap.add_argument("--rates", default="50000,100000,150000,200000,max")

@@ -44,6 +44,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from native_build import ensure_release_core  # noqa: E402
+
+ensure_release_core()  # before the core is loaded: the figures are the release build's (docs/build.md)
+
 LARGE = ROOT / "bench" / "data" / "large.pcap"
 SHARED = ROOT.parent / "shared" / "captures"
 
