@@ -8,9 +8,12 @@
 //!   the client side — otherwise on the first segment carrying data (capture started mid-stream);
 //! * retransmissions and overlaps are trimmed, only new bytes are emitted;
 //! * segments beyond a hole are held (bounded) until the hole is filled;
-//! * a hole is declared lost — a `Gap` and the held data after it delivered — when the peer ACKs
-//!   past it (the receiver had those bytes, so the capture dropped them), when the per-direction
-//!   or total buffer bound is exceeded, or when the flow ends. Never zero-filled.
+//! * a hole is declared lost — a `Gap` and the held data after it delivered, each segment at the
+//!   packet that carried it — when the peer ACKs past it (the receiver had those bytes, so the
+//!   capture dropped them), when the per-direction or total buffer bound is exceeded, or when the
+//!   flow ends. Never zero-filled;
+//! * every `Data` carries what its packet acknowledged of the other direction, and `Close` the
+//!   flow's first FIN and first RST.
 //!
 //! Flows: ids are assigned in order of first appearance. `Close` is emitted once per flow: "rst"
 //! on a reset, "fin" once both directions have delivered their FIN in order, "evicted" for
