@@ -20,9 +20,10 @@ import click
 from amqpscope.capture import CaptureError
 from amqpscope.dissect.codec import Codec, get_codec
 from amqpscope.dissect.spec import SpecError
-from amqpscope.events import Event
+from amqpscope.events import Event, Finding
 from amqpscope.filter import FilterError, Predicate, compile_filter
-from amqpscope.pipeline import Options, RunStats, decode_batches, jsonl_batches, read_keylogs
+from amqpscope.keylogs import KeylogWatch, NotAKeylog, read_checked
+from amqpscope.pipeline import Options, RunStats, decode_batches, jsonl_batches
 
 EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 F = TypeVar("F", bound=Callable[..., Any])
@@ -159,11 +160,14 @@ def tls_keylog_files() -> tuple[str, ...]:
 
 
 def tls_keylog_text() -> str:
-    """The text of the ``--tls-keylog`` files (an unreadable one is a usage error, exit 2)."""
+    """The text of the ``--tls-keylog`` files (an unreadable one, or one with no key line, is a
+    usage error, exit 2: amqpscope/keylogs.py)."""
     try:
-        return read_keylogs(tls_keylog_files())
+        return read_checked(tls_keylog_files())
     except OSError as exc:
         fail(f"cannot read TLS key log: {exc.filename}: {exc.strerror}")
+    except NotAKeylog as exc:
+        fail(str(exc))
 
 
 def compression_option(f: F) -> F:
@@ -234,6 +238,7 @@ class CaptureRun:
         self.stats: list[tuple[str, RunStats]] = []
         self.max_packets: int | None = packet_count()  # -c N of the commands with selection_options
         self._done = 0  # files finished, for progress over several files
+        self.keylogs = KeylogWatch(tls_keylog_files())  # what the TLS connections made of them
 
     def position(self) -> int:
         """Bytes of the input files finished so far (for the progress bar)."""
@@ -245,16 +250,38 @@ class CaptureRun:
 
     def batches(self, kinds: Iterable[str] | None = None) -> Iterator[list[Event]]:
         """The events of every file in lists (see ``pipeline.decode_batches``)."""
+        wanted = None if kinds is None else frozenset(kinds)
+        # the tls events judge the key logs, whatever the caller reads
+        asked = wanted if wanted is None or not self.keylogs.files else wanted | {"tls"}
         for path in self.files:
-            yield from self._each(path, lambda stats, p=path: decode_batches(  # type: ignore[misc]
-                p, self.codec, self.options, stats, self.max_packets, kinds=kinds))
+            for batch in self._each(path, lambda stats, p=path: decode_batches(  # type: ignore[misc]
+                    p, self.codec, self.options, stats, self.max_packets, kinds=asked)):
+                self.keylogs.see(batch)
+                yield batch if asked == wanted else [ev for ev in batch if ev.kind in wanted]  # type: ignore[operator]
+        finding = self._keylogs_judged()
+        if finding is not None and self.options.validate and (wanted is None or "finding" in wanted):
+            yield [finding]
 
     def jsonl(self, body: str) -> Iterator[bytes]:
         """The JSON lines of every file's events (findings included when validating), written by
         the core (no filter)."""
         for path in self.files:
-            yield from self._each(path, lambda stats, p=path: jsonl_batches(  # type: ignore[misc]
-                p, self.codec, self.options, stats, body, self.max_packets))
+            for batch in self._each(path, lambda stats, p=path: jsonl_batches(  # type: ignore[misc]
+                    p, self.codec, self.options, stats, body, self.max_packets)):
+                self.keylogs.see_jsonl(batch)
+                yield batch
+        self._keylogs_judged()
+
+    def _keylogs_judged(self) -> Finding | None:
+        """At the end of the run: key logs that matched no TLS connection are a warning on stderr,
+        and a ``tls.keylog-unmatched`` finding (amqpscope/keylogs.py). Not judged when the run was
+        cut (a capture error, ``-c``) before any TLS connection."""
+        if not self.keylogs.tls and (self.error is not None or self.max_packets is not None):
+            return None
+        finding = self.keylogs.finding()
+        if finding is not None:
+            warn(finding.message)
+        return finding
 
     def _each(self, path: str, decode: Callable[[RunStats], Iterator[T]]) -> Iterator[T]:
         stats = RunStats()

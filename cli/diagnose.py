@@ -70,9 +70,10 @@ def run_diagnosis(files: tuple[str, ...], spec: str | None, ports: tuple[int, ..
     return diag, capture
 
 
-def render_text(out: IO[str], found: list[Diagnosis], quirks: list[Quirk]) -> None:
+def render_text(out: IO[str], found: list[Diagnosis], quirks: list[Quirk],
+                not_seen: list[dict[str, Any]] | None = None) -> None:  # fmt: skip
     console = Console(file=out, highlight=False, emoji=False, width=None if out.isatty() else 160)
-    render(console, [d.to_record() for d in found], [q.to_record() for q in quirks])
+    render(console, [d.to_record() for d in found], [q.to_record() for q in quirks], not_seen=not_seen)
 
 
 @click.command()
@@ -95,7 +96,7 @@ def diagnose(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], s
         out = open_output(output) if output else sys.stdout
         try:
             diag, capture = run_diagnosis(files, spec, ports, show_credentials, thresholds_from(kw))
-            _write(out, fmt, diag.result(), diag.quirk_list(), files)
+            _write(out, fmt, diag.result(), diag.quirk_list(), files, diag.blind.records())
         finally:
             if output:
                 out.close()
@@ -106,16 +107,21 @@ def diagnose(files: tuple[str, ...], spec: str | None, ports: tuple[int, ...], s
     run_guarded(run)
 
 
-def _write(out: IO[str], fmt: str, found: list[Diagnosis], quirks: list[Quirk], files: tuple[str, ...]) -> None:
-    """The causes and quirks in format ``fmt`` (auto: text on a terminal, else JSON lines)."""
+def _write(out: IO[str], fmt: str, found: list[Diagnosis], quirks: list[Quirk], files: tuple[str, ...],
+           not_seen: list[dict[str, Any]]) -> None:  # fmt: skip
+    """What was not seen, then the causes and quirks, in format ``fmt`` (auto: text on a terminal,
+    else JSON lines)."""
     chosen = fmt if fmt != "auto" else ("text" if out.isatty() else "jsonl")
     if chosen == "jsonl":
+        for r in not_seen:
+            out.write(dumps(r) + "\n")
         for d in found:
             out.write(dumps(d.to_record()) + "\n")
         for q in quirks:
             out.write(dumps(q.to_record()) + "\n")
     elif chosen == "json":
-        out.write(dumps({"causes": [d.to_record() for d in found], "quirks": [q.to_record() for q in quirks],
-                         "files": list(files), "nothing_wrong": not found}) + "\n")  # fmt: skip
+        out.write(dumps({"not_seen": not_seen, "causes": [d.to_record() for d in found],
+                         "quirks": [q.to_record() for q in quirks], "files": list(files),
+                         "nothing_wrong": not found and not not_seen}) + "\n")  # fmt: skip
     else:
-        render_text(out, found, quirks)
+        render_text(out, found, quirks, not_seen)

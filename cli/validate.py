@@ -14,7 +14,7 @@ from rich.table import Table
 from amqpscope.events import Finding
 from amqpscope.filter import Predicate
 from amqpscope.output.records import dumps
-from amqpscope.validate.findings import RANK, SEVERITIES, at_or_above, tolerated
+from amqpscope.validate.findings import RANK, SEVERITIES, at_or_above, counted, tolerated
 
 from .common import (
     EXIT_FINDINGS,
@@ -47,7 +47,7 @@ class _Group:
 
 
 def _summary_line(counts: dict[str, int], quirks: int = 0) -> str:
-    parts = [f"{counts[s]} {s}{'s' if counts[s] != 1 else ''}" for s in SEVERITIES if counts.get(s)]
+    parts = [counted(counts[s], s) for s in SEVERITIES if counts.get(s)]
     line = ", ".join(parts) if parts else "no findings"
     return line + (f" ({quirks} of them quirks RabbitMQ accepts)" if quirks else "")
 

@@ -303,9 +303,12 @@ class Analyzer:
         d = self.duration
         rpc = self.rpc.result()
         causes = self.diagnoser.result()
+        not_seen = self.diagnoser.blind.records()
         return {
+            # before anything: what the capture does not show (gaps, undecrypted TLS, truncation)
+            "not_seen": not_seen,
             # first: what went wrong, ranked by impact (docs/diagnose.md), then the quirks
-            "diagnosis": {"nothing_wrong": not causes, "causes": [c.to_record() for c in causes],
+            "diagnosis": {"nothing_wrong": not causes and not not_seen, "causes": [c.to_record() for c in causes],
                           "quirks": [q.to_record() for q in self.diagnoser.quirk_list()]},
             "capture": {
                 "start": self.first_ts, "end": self.last_ts, "duration_s": round(d, 6), "events": self.events,

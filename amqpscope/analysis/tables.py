@@ -115,14 +115,23 @@ def _listing(console: Console, title: str, rows: list[dict[str, Any]], columns: 
     return t
 
 
+def _connections(report: dict[str, Any]) -> str:
+    """The count of connections decoded, and of TLS connections that could not be: never a bare 0
+    for a capture of AMQPS without keys."""
+    total = report["connections_total"]
+    tls = sum(len(b["connections"]) for b in report.get("not_seen", []) if b["rule"] == "tls.undecrypted")
+    return f"{total} decoded, {tls} TLS not decrypted" if tls else str(total)
+
+
 def render(report: dict[str, Any], console: Console) -> None:
     diagnosis = report.get("diagnosis")
     if diagnosis is not None:  # what went wrong comes first (docs/diagnose.md)
-        render_diagnosis(console, diagnosis["causes"], diagnosis["quirks"], title="Diagnosis")
+        render_diagnosis(console, diagnosis["causes"], diagnosis["quirks"], title="Diagnosis",
+                         not_seen=report.get("not_seen"))  # fmt: skip
     cap = report["capture"]
     console.print(_kv("Capture", [("duration", f"{cap['duration_s']} s"), ("frames", cap["frames"]),
                                   ("messages", cap["messages"]), ("body bytes", cap["body_bytes"]),
-                                  ("connections", report["connections_total"]),
+                                  ("connections", _connections(report)),
                                   ("channels opened", report["channels_opened"]),
                                   ("gaps / resyncs / malformed", f"{cap['gaps']} / {cap['resyncs']} / {cap['malformed']}")]))  # fmt: skip
 

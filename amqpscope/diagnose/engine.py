@@ -14,6 +14,7 @@ from dataclasses import replace
 from ..events import C2S, S2C, Connection, Event, Finding, Tls
 from ..validate.findings import Tolerated, tolerance, tolerated
 from . import causality, closes, endings, flow, handshake, ledger, network
+from .blind import Blindness, BlindSpots
 from .facts import Collector, ConnFacts
 from .model import CONNECTION, Diagnosis, Quirk, Thresholds, ranked
 
@@ -38,9 +39,12 @@ class Diagnoser:
         self.file_offsets = [0]  # each file's offset, in file order
         self._done: set[int] = set()
         self._await_tls: set[int] = set()
+        self.blind = BlindSpots()  # what the capture did not show (blind.py)
 
     def feed(self, ev: Event) -> list[Diagnosis]:
         """Take one event; returns the diagnoses it completed (for live output)."""
+        if self.blind.feed(ev):
+            return []  # not a fault of the traffic: shown apart, before the causes, never a cause
         t = type(ev)
         if t is Finding:
             if ev.conn in self._done:
@@ -89,11 +93,16 @@ class Diagnoser:
         self._await_tls = set()
         self.file = name
         self.offset = offset
+        self.blind.next_file(name, offset)
         self.file_offsets.append(offset)
         return new
 
     def result(self) -> list[Diagnosis]:
         return ranked(self.diagnoses)
+
+    def not_seen(self) -> list[Blindness]:
+        """What the capture did not show (gaps, undecrypted TLS, truncation…), the worst first."""
+        return self.blind.result()
 
     def quirk_list(self) -> list[Quirk]:
         return sorted(self.quirks.values(), key=lambda q: (q.library, -q.count, q.quirk))

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..output.wrap import print_hanging
+from .blind import lines as not_seen_lines
 
 STYLE = {"critical": "bold red", "error": "red", "warning": "yellow", "notice": "blue"}
 
@@ -33,10 +34,17 @@ def print_cause(console: Console, i: int, d: dict[str, Any]) -> None:
         print_hanging(console, line, HANG)
 
 
-def render(console: Console, causes: list[dict[str, Any]], quirks: list[dict[str, Any]], title: str = "") -> None:
+def render(console: Console, causes: list[dict[str, Any]], quirks: list[dict[str, Any]], title: str = "",
+           not_seen: list[dict[str, Any]] | None = None) -> None:  # fmt: skip
+    """``not_seen``: what the capture did not show (blind.py records), said first; then "nothing
+    wrong" becomes "no cause found in what the capture shows"."""
     if title:
         console.print(f"[bold]{title}[/]")
-    if not causes:
+    for line in not_seen_lines(not_seen or []):
+        print_hanging(console, line, HANG + 2)
+    if not causes and not_seen:
+        console.print("no cause found [bold]in what the capture shows[/]" + (" (quirks below)" if quirks else ""))
+    elif not causes:
         console.print("[green]nothing wrong[/]: no cause found" + (" (quirks below)" if quirks else ""))
     for i, d in enumerate(causes, 1):
         print_cause(console, i, d)

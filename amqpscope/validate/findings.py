@@ -14,12 +14,27 @@ from amqpscope.dissect.spec import Spec
 from amqpscope.events import Finding
 
 VIOLATION, DEVIATION, WARNING, INFO = "violation", "deviation", "warning", "info"
-SEVERITIES = (VIOLATION, DEVIATION, WARNING, INFO)
+# Not a fault of the traffic: what the capture does not show (BLIND_RULES). Below warning, so that
+# `validate --fail-on warning` is about the traffic; `--fail-on not-seen` also fails on blindness.
+NOT_SEEN = "not-seen"
+SEVERITIES = (VIOLATION, DEVIATION, WARNING, NOT_SEEN, INFO)
 RANK = {s: i for i, s in enumerate(SEVERITIES)}  # lower is worse
 
 
 def at_or_above(severity: str, threshold: str) -> bool:
     return RANK[severity] <= RANK[threshold]
+
+
+def counted(n: int, severity: str) -> str:
+    """'2 violations', '1 warning', '3 not seen'."""
+    if severity == NOT_SEEN:
+        return f"{n} not seen"
+    return f"{n} {severity}{'s' if n != 1 else ''}"
+
+
+def not_seen(f: Finding) -> bool:
+    """The finding says what the capture does not show, not what the traffic did wrong."""
+    return f.severity == NOT_SEEN
 
 
 # Rules that are not <rule> elements: id -> (constant name of the reply code or None, what it checks).
@@ -69,7 +84,17 @@ OWN_RULES: dict[str, tuple[str | None, str]] = {
     "heartbeat.silence": (None, "a peer is never silent for two negotiated heartbeat intervals"),
     "connection.frame-after-close-received": (None, "no client method after its TCP ACK covered the server's "
                                               "connection.close"),
+    # what the capture does not show (severity not-seen; crates/amqpscope-core/src/validate/rules/blind.rs)
+    "capture.gap": (None, "every byte of a connection is in the capture (its gaps, and the messages they cut)"),
+    "capture.midstream-start": (None, "the capture holds each connection from its start"),
+    "capture.truncated": (None, "the capture file ends with a whole record"),
+    "tls.undecrypted": (None, "every record of a TLS connection is decrypted (--tls-keylog with its keys)"),
+    "tls.keylog-unmatched": (None, "a --tls-keylog file holds the keys of some TLS connection of the run"),
 }
+
+# The rules whose findings are of severity NOT_SEEN (the core's, and the key log's made by the CLI).
+BLIND_RULES = ("capture.truncated", "tls.keylog-unmatched", "tls.undecrypted", "capture.midstream-start",
+               "capture.gap")  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

@@ -236,6 +236,16 @@ impl Engine {
         self.packets
     }
 
+    /// The input ends early with `err` (call before `finish`): the validator reports a truncated
+    /// capture as a finding, so that every output says what was not seen.
+    pub fn capture_error(&mut self, err: &CaptureError) {
+        if let (Some(validator), CaptureError::Truncated { message, .. }) =
+            (self.validator.as_mut(), err)
+        {
+            validator.cut(message, self.packets);
+        }
+    }
+
     pub fn tcp_packets(&self) -> u64 {
         self.tcp_packets
     }
@@ -439,6 +449,9 @@ impl Run {
             Ok(None) => None,
             Err(err) => Some(err),
         };
+        if let Some(err) = &error {
+            self.engine.capture_error(err);
+        }
         self.engine.finish(out);
         self.reader.flush_copy();
         self.done = true;

@@ -9,6 +9,9 @@ pub const VIOLATION: &str = "violation";
 pub const DEVIATION: &str = "deviation";
 pub const WARNING: &str = "warning";
 pub const INFO: &str = "info";
+/// Not a fault of the traffic: something the capture does not show (gaps, undecrypted TLS, a
+/// truncated file), so that no answer reads as "nothing wrong" where it could not see.
+pub const NOT_SEEN: &str = "not-seen";
 
 /// A severity name from the tables as the `&'static str` a `Finding` carries.
 pub fn severity(name: &str) -> Option<&'static str> {
@@ -17,6 +20,7 @@ pub fn severity(name: &str) -> Option<&'static str> {
         "deviation" => Some(DEVIATION),
         "warning" => Some(WARNING),
         "info" => Some(INFO),
+        "not-seen" => Some(NOT_SEEN),
         _ => None,
     }
 }

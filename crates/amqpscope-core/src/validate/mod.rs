@@ -35,6 +35,8 @@ pub use tables::ValidationTables;
 pub struct Validator {
     tables: Arc<ValidationTables>,
     checker: checker::Checker,
+    /// What the capture did not show (`rules::blind`).
+    blind: rules::blind::Blind,
     found: Vec<crate::event::Finding>,
 }
 
@@ -44,6 +46,7 @@ impl Validator {
         Validator {
             checker: checker::Checker::new(Arc::clone(&tables), limits),
             tables,
+            blind: rules::blind::Blind::new(),
             found: Vec::new(),
         }
     }
@@ -53,13 +56,21 @@ impl Validator {
     /// delivery-tag, confirm and prefetch findings are read from them.
     pub fn feed(&mut self, ev: &Event, outcomes: &[Outcome], out: &mut Vec<Event>) {
         self.checker.feed(ev, outcomes, &mut self.found);
+        self.blind.feed(&self.tables.cat, ev, &mut self.found);
         self.drain(out);
     }
 
     /// The findings of the capture's end (held findings released).
     pub fn finish(&mut self, out: &mut Vec<Event>) {
         self.checker.finish(&mut self.found);
+        self.blind.finish(&self.tables.cat, &mut self.found);
         self.drain(out);
+    }
+
+    /// The input ended early after `packet` (the capture reader's `message`, a truncated file):
+    /// reported as `capture.truncated` at the end.
+    pub fn cut(&mut self, message: &str, packet: u64) {
+        self.blind.cut(message, packet);
     }
 
     /// The client's TCP acknowledgement at `packet` covered the server's connection.close on

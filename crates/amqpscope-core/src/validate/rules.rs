@@ -14,6 +14,7 @@
 //! channel has suspects or the frame is the client's) and `suspects::exclusive` (when
 //! `t.exclusive_names` has it).
 
+pub mod blind;
 pub mod deliveries;
 pub mod lifecycle;
 pub mod negotiation;
