@@ -8,12 +8,17 @@ The plain captures are synthetic (``amqpscope.testing.synth``, packets dropped t
 the TLS ones are the shipped TLS 1.3 sample (samples/tls, a real pika session against RabbitMQ),
 and for the partial key log that sample plus a copy of its connection on another client port whose
 ClientHello random differs by one byte: the key log holds the keys of the first connection only.
+The same partial key log is also recorded with a real client (pika over TLS against the harness
+broker, its second connection writing no key log; marked ``broker``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,6 +31,8 @@ from amqpscope.diagnose import Diagnoser
 from amqpscope.events import Event, Finding, Message, Tls
 from amqpscope.pcapwrite import write_pcap
 from amqpscope.pipeline import Options, decode_source, read_keylogs
+from amqpscope.testing.broker import PrivateBroker, rabbitmq_available
+from amqpscope.testing.sniffer import LoopbackRecorder, tcpdump_available
 from amqpscope.testing.synth import Capture
 from amqpscope.validate.findings import BLIND_RULES, NOT_SEEN, OWN_RULES
 
@@ -332,3 +339,35 @@ def test_parquet_findings_table_carries_them(caps: dict[str, Path], tmp_path: Pa
         ("capture.gap", "not-seen"),
         ("tls.undecrypted", "not-seen"),
     }
+
+
+# --- a real client: pika over TLS against the harness broker, a key log for its first connection ---
+
+
+@pytest.mark.broker
+@pytest.mark.skipif(not rabbitmq_available() or not tcpdump_available(), reason="needs RabbitMQ and tcpdump")
+def test_real_client_partial_key_log(tmp_path: Path) -> None:
+    broker = PrivateBroker(tls=True)
+    broker.start()
+    try:
+        cap, keys = tmp_path / "two.pcap", tmp_path / "two.keys"
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        cmd = [sys.executable, "-m", "amqpscope.testing.tls_client", "--port", str(broker.tls_port),
+               "--ca", str(broker.ca_file), "--keylog", str(keys), "--connections", "2",
+               "--no-keylog-after", "1", "--messages", "3"]  # fmt: skip
+        with LoopbackRecorder(cap, broker.tls_port):
+            res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+        assert res.returncode == 0, res.stderr[-2000:]
+    finally:
+        broker.stop()
+    tls = sorted((t.conn, t.decrypted, t.client) for t in amqpscope.read(cap, tls_keylog=keys) if isinstance(t, Tls))
+    assert [(c, d) for c, d, _ in tls] == [(0, True), (1, False)]
+    report = json.loads(run("stats", "-T", "json", "--tls-keylog", str(keys), str(cap)).stdout)
+    assert [c["conn"] for c in report["connections"]] == [0]  # the decrypted one
+    (b,) = report["not_seen"]
+    assert (b["rule"], b["connections"]) == ("tls.undecrypted", [1])
+    assert f"TLS connection {tls[1][2]} → " in b["items"][0]["message"]
+    assert "not decrypted: no key for this connection" in b["items"][0]["message"]
+    out = run("diagnose", "-T", "text", "--tls-keylog", str(keys), str(cap)).stdout
+    assert out.startswith("not seen") and "1 TLS connection not decrypted (tls.undecrypted)" in out
+    assert "nothing wrong" not in out
