@@ -58,11 +58,14 @@ class KeylogWatch:
         self.tls = 0  # TLS connections seen
         self.keyed = 0  # of which something was decrypted
         self.keyless = 0  # of which the core found no key
+        self.last: tuple[int, float] = (0, 0.0)  # the run's last event (packet, ts): where its finding goes
 
-    def see(self, events: Iterable[Event]) -> None:
+    def see(self, events: Sequence[Event]) -> None:
         for ev in events:
             if type(ev) is Tls:
                 self._one(ev.decrypted, ev.reason)  # type: ignore[attr-defined]
+        if events:
+            self.last = (events[-1].packet, events[-1].ts)
 
     def see_jsonl(self, batch: bytes) -> None:
         """The same from JSON lines written by the core."""
@@ -91,9 +94,11 @@ class KeylogWatch:
         n = "the TLS connection" if self.tls == 1 else f"any of the {self.tls} TLS connections"
         return f"{logs} no connection: no key for {n} (a key log of another capture or client?)"
 
-    def finding(self, packet: int = 0, ts: float = 0.0) -> Finding | None:
-        """``unmatched`` as a finding of the run (conn -1), for the outputs built on findings."""
+    def finding(self) -> Finding | None:
+        """``unmatched`` as a finding of the run (conn -1, at its last event), for the outputs built
+        on findings."""
         message = self.unmatched()
         if message is None:
             return None
+        packet, ts = self.last
         return Finding(packet=packet, ts=ts, conn=-1, rule=UNMATCHED, severity=NOT_SEEN, code=None, message=message)
