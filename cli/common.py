@@ -19,7 +19,7 @@ import click
 
 from amqpscope.capture import CaptureError
 from amqpscope.dissect.codec import Codec, get_codec
-from amqpscope.dissect.spec import SpecError
+from amqpscope.dissect.specfiles import SpecError
 from amqpscope.events import Event, Finding
 from amqpscope.filter import FilterError, Predicate, compile_filter
 from amqpscope.keylogs import KeylogWatch, NotAKeylog, read_checked

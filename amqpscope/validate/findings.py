@@ -9,9 +9,12 @@ own, listed in `OWN_RULES` with the code a conforming peer would answer with.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from amqpscope.dissect.spec import Spec
 from amqpscope.events import Finding
+
+if TYPE_CHECKING:
+    from amqpscope.dissect.spec import Spec
 
 VIOLATION, DEVIATION, WARNING, INFO = "violation", "deviation", "warning", "info"
 # Not a fault of the traffic: what the capture does not show (BLIND_RULES). Below warning, so that
