@@ -482,6 +482,72 @@ def test_amqp_1_0_header_is_not_amqp(tcp_facts: dict[int, TcpEnd]) -> None:
     assert "AMQP 1.0 protocol header" in d.summary and "answered with its own protocol header" in d.broker_action
 
 
+def _crossed(s: Script, upto: str, ender: str, late: str) -> tuple[TcpEnd, int, int]:
+    """A handshake up to ``upto``; ``ender`` sends FIN, then the other side's ``late`` step arrives
+    and the ender's socket answers it with RST (aiormq's cancelled connect, pika's connect timeout)."""
+    _handshake(s, upto)
+    fin = s._next()[0]
+    lp = s.header(C2S, "0-9-1") if late == "header" else s.frame(S2C if ender == C2S else C2S, 0, late)
+    rst = s._next()[0]
+    return TcpEnd(ender, fin, ender, rst), fin, lp
+
+
+def test_handshake_stage_is_what_the_client_had_seen_before_its_fin(tcp_facts: dict[int, TcpEnd]) -> None:
+    # aiormq conn 201: start-ok #28117, client FIN #28118, the broker's tune #28119, the client's RST #28120
+    s = Script()
+    tcp, fin, tune = _crossed(s, "connection.start-ok", C2S, "connection.tune")
+    tcp_facts[0] = s.close("rst", tcp=tcp)
+    d = only(diagnose(s, tcp_facts)[0])
+    assert d.cause == "handshake-aborted" and d.details["stage"] == "connection.start-ok", d.summary
+    assert f"closed TCP (FIN, packet {fin}) after sending connection.start-ok, before the broker's connection.tune " \
+        f"arrived (packet {tune})" in d.summary  # fmt: skip
+    assert "frame_max" not in d.summary and "ended after connection.tune" not in d.summary
+    assert fin in d.packets and tune in d.packets
+    assert d.details["arrived_after_end"] == {"method": "connection.tune", "by": "broker", "packet": tune}
+    assert f"connection.tune (packet {tune}) came after the client's FIN" in d.broker_action
+
+
+def test_handshake_start_after_the_clients_fin_gives_no_mechanism_advice(tcp_facts: dict[int, TcpEnd]) -> None:
+    # pika conn 165: header #7753, client FIN #7755, connection.start #7759, the client's RST #7760
+    s = Script()
+    tcp, fin, start = _crossed(s, "header", C2S, "connection.start")
+    tcp_facts[0] = s.close("rst", tcp=tcp)
+    d = only(diagnose(s, tcp_facts)[0])
+    assert d.details["stage"] == "header" and "ended after the protocol header" in d.summary, d.summary
+    assert f"after sending its protocol header, before the broker's connection.start arrived (packet {start})" \
+        in d.summary  # fmt: skip
+    assert "mechanisms" not in d.summary and "server's properties" not in d.summary
+    assert (fin, start) == d.packets[-2:]
+
+
+def test_handshake_broker_end_ignores_the_clients_late_answer(tcp_facts: dict[int, TcpEnd]) -> None:
+    # the broker's handshake_timeout: it closes after connection.start, the client's start-ok comes too late
+    s = Script()
+    tcp, fin, start_ok = _crossed(s, "connection.start", S2C, "connection.start-ok")
+    tcp_facts[0] = s.close("rst", tcp=tcp)
+    d = only(diagnose(s, tcp_facts)[0])
+    assert d.cause == "handshake-aborted" and d.details["ended_by"] == "broker", d.summary
+    assert d.details["stage"] == "connection.start" and "handshake_timeout" in d.summary
+    assert f"the broker closed TCP (FIN, packet {fin})" in d.summary
+    assert f"after sending connection.start, before the client's connection.start-ok arrived (packet {start_ok})" \
+        in d.summary  # fmt: skip
+
+
+def test_handshake_step_in_the_fin_segment_counts_as_reached() -> None:
+    # a client's tune-ok and open sent in the segment that carries its FIN were sent before it ended
+    from amqpscope.diagnose.facts import ConnFacts
+    from amqpscope.diagnose.handshake import stage_reached
+    from amqpscope.diagnose.model import Who
+
+    f = ConnFacts(who=Who(conn=0, client=CLIENT), start_ts=0.0, start_packet=1, header="0-9-1", header_packet=3)
+    f.steps.extend([("connection.start", S2C, 4), ("connection.start-ok", C2S, 5), ("connection.tune", S2C, 6),
+                    ("connection.tune-ok", C2S, 7), ("connection.open", C2S, 7)])  # fmt: skip
+    assert stage_reached(f, 7) == ("connection.open", 7, None)
+    assert stage_reached(f, 5) == ("connection.start-ok", 5, ("connection.tune", S2C, 6))
+    assert stage_reached(f, 2) == (None, None, ("header", C2S, 3))
+    assert stage_reached(f, None) == ("connection.open", 7, None)
+
+
 # --- 9. quirks, durations and words -----------------------------------------------------------------
 
 

@@ -29,6 +29,7 @@ MAX_LEDGER = 10_000  # ledger records kept per connection until it is diagnosed 
 REQUEUED = ("nack", "reject")  # settle outcomes that can requeue
 MAX_SENT = 4096  # method frames remembered per connection by packet (what a finding's frame was)
 MAX_RECENT = 64  # the client's last methods per connection (what an asynchronous close answers)
+MAX_STEPS = 16  # the last handshake methods per connection (a looping secure exchange keeps only its end)
 HANDSHAKE = frozenset({"connection.start", "connection.start-ok", "connection.secure", "connection.secure-ok",
                        "connection.tune", "connection.tune-ok", "connection.open"})  # fmt: skip
 # the core's words for the sides of a TCP end, as directions: the side that sent the segment
@@ -255,6 +256,8 @@ class ConnFacts:
     header_packet: int | None = None
     server_header: str | None = None  # the broker's protocol header (its answer to an unsupported one)
     stage_packet: int | None = None  # the packet of ``stage``
+    # (method, dir, packet) of the handshake methods: which of them a side had seen before it ended TCP
+    steps: deque[tuple[str, str, int]] = field(default_factory=lambda: deque(maxlen=MAX_STEPS))
     stage_ts: float | None = None
     ended: str | None = None  # the Connection close event's "ended"
     end_ts: float | None = None
@@ -471,6 +474,7 @@ class Collector:
                 waiting.popleft()
         if method in HANDSHAKE and not f.opened:
             f.stage, f.stage_packet, f.stage_ts = method, ev.packet, ev.ts
+            f.steps.append((method, d, ev.packet))
         if method == "connection.start" and d == S2C:
             props = args.get("server_properties") or {}
             product = _text(props.get("product"))

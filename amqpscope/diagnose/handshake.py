@@ -44,6 +44,7 @@ def opening(facts: ConnFacts) -> str | None:
         return None
     return "nothing" if facts.bytes_c2s == 0 else "other"
 
+
 # stage reached → (its name, why the client ends there, why the broker ends there)
 STAGES: dict[str | None, tuple[str, str, str]] = {
     None: ("before the protocol header",
@@ -97,22 +98,35 @@ def handshake(facts: ConnFacts) -> list[Diagnosis]:
         return []  # the broker said why (closes: login-refused, access-refused, connection-closed)
     if facts.stage is None and facts.header is None and not facts.syn_seen:
         return []  # the capture started after whatever this connection said
-    stage = facts.stage if facts.stage is not None else ("header" if facts.header is not None else None)
-    name, client_why, broker_why = STAGES.get(stage, (f"after {stage}", "", ""))
     who, tcp = facts.who, facts.tcp
     closed = next((c for c in facts.closes if c.channel == 0), None)
     first = tcp.first()
-    at = facts.stage_packet if facts.stage_packet is not None else facts.header_packet
-    packets = [p for p in (at,) if p is not None]
     if closed is not None:
-        by, how = closed.by, f"sent connection.close {closed.code} (packet {closed.packet})"
-        packets.append(closed.packet)
+        by, how, cutoff, act = closed.by, f"sent connection.close {closed.code} (packet {closed.packet})", \
+            closed.packet, "connection.close"  # fmt: skip
     elif first is not None:
         by, how = first[0], f"{'closed' if first[1] == 'fin' else 'reset'} TCP ({segment(first[1], first[2])})"
-        packets.append(first[2])
+        cutoff, act = first[2], first[1].upper()
     else:
-        by, how = None, f"ended the connection ({facts.ended})"
-        packets += [facts.end_packet] if facts.end_packet is not None else []
+        by, how, cutoff, act = None, f"ended the connection ({facts.ended})", None, ""
+    reached = stage_reached(facts, cutoff)
+    if reached is None:
+        return []  # the capture started after what this connection said before its end
+    stage, at, late = reached
+    name, client_why, broker_why = STAGES.get(stage, (f"after {stage}", "", ""))
+    packets = [p for p in (at,) if p is not None]
+    if closed is not None:
+        packets.append(closed.packet)
+    elif first is not None:
+        packets.append(first[2])
+    elif facts.end_packet is not None:
+        packets.append(facts.end_packet)
+    if late is not None:
+        # the other side's step crossed the ender's end: the ender never saw it, so the reasons
+        # that read that step (its mechanisms, its tune values) do not apply
+        done = f" {_done(stage, by)}," if stage is not None else ""
+        how = f"{how}{done} before {_step(late)} arrived (packet {late[2]})"
+        packets.append(late[2])
     if by in (S2C, None) and stage in ("connection.start-ok", "connection.secure-ok") and closed is None:
         return [make("login-refused", who, channel=None, packets=packets, since=facts.start_ts, until=facts.end_ts,
                      summary=f"{who.phrase()}: the broker {how} right after {stage}: a refused login by a client "
@@ -127,11 +141,56 @@ def handshake(facts: ConnFacts) -> list[Diagnosis]:
     answer = tcp.answer()
     action = how if by != C2S else f"answered the client's FIN with RST (packet {answer[2]}): linger 0" \
         if answer is not None and answer[1] == "rst" else "nothing: the client ended it"  # fmt: skip
+    if late is not None and by == C2S and late[1] == S2C:
+        action = f"{action}; its {_step(late, own=True)} (packet {late[2]}) came after the client's {act}"
     return [make("handshake-aborted", who, channel=None, packets=packets, since=facts.start_ts, until=facts.end_ts,
                  severity=WARNING if by == C2S else None,
                  summary=f"the handshake of {who.phrase()} ended {name}: {ender} {how}"
                  + (f"; likely {why}" if why else ""), broker_action=action,
-                 details=tcp_details(facts, party, stage=stage or "none", ended_by=party))]  # fmt: skip
+                 details=tcp_details(facts, party, stage=stage or "none", ended_by=party,
+                                     **_late(late)))]  # fmt: skip
+
+
+Step = tuple[str, str, int]  # (a connection.* method or "header", dir, packet)
+
+
+def stage_reached(facts: ConnFacts, cutoff: int | None) -> tuple[str | None, int | None, Step | None] | None:
+    """The handshake stage the side that ended the connection had reached when it ended it at
+    packet ``cutoff`` (its FIN, RST or connection.close): the last step at or before that packet,
+    the step's packet, and the first step that arrived after it (the other side's, never seen by
+    the ender). None when no step came before and the capture missed the connection's start."""
+    steps = [("header", C2S, facts.header_packet)] if facts.header_packet is not None else []
+    steps = sorted(steps + list(facts.steps), key=lambda s: s[2])
+    before = [s for s in steps if cutoff is None or s[2] <= cutoff]
+    after = [s for s in steps if cutoff is not None and s[2] > cutoff]
+    if before:
+        return before[-1][0], before[-1][2], after[0] if after else None
+    if facts.header is None and not facts.syn_seen:
+        return None
+    return None, None, after[0] if after else None
+
+
+def _step(step: Step, own: bool = False) -> str:
+    what = "protocol header" if step[0] == "header" else step[0]
+    return what if own else f"the {PARTY[step[1]]}'s {what}"
+
+
+def _done(stage: str, by: str | None) -> str:
+    """What the ender had done last: 'after sending connection.start-ok' or 'after receiving …'."""
+    if stage == "header":
+        return "after sending its protocol header" if by == C2S else "after receiving the client's protocol header"
+    sent = (stage in _CLIENT_STEPS) == (by == C2S)
+    return f"after {'sending' if sent else 'receiving'} {stage}"
+
+
+# the handshake methods a client sends (the others are the broker's)
+_CLIENT_STEPS = frozenset({"connection.start-ok", "connection.secure-ok", "connection.tune-ok", "connection.open"})
+
+
+def _late(late: Step | None) -> dict[str, object]:
+    if late is None:
+        return {}
+    return {"arrived_after_end": {"method": _step(late, own=True), "by": PARTY[late[1]], "packet": late[2]}}
 
 
 def _not_amqp(facts: ConnFacts, started: str) -> Diagnosis:
