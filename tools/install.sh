@@ -14,7 +14,7 @@ if [ ! -x .venv/bin/python ]; then
     "${PYTHON:-python3}" -m venv .venv
 fi
 log=.venv/install.log
-echo "== pip install -e '$spec' (the native core compiles: ~3 min on 2 cores the first time; log: $log)"
+echo "== pip install -e '$spec' (the native core compiles the first time: minutes, see docs/build.md; log: $log)"
 # setuptools-rust takes the interpreter that runs pip as PYO3_PYTHON unless one is set; a different
 # one (or none) from one install to the next makes cargo rebuild the whole core.
 unset PYO3_PYTHON
