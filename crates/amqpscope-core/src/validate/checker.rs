@@ -17,62 +17,19 @@ use std::sync::Arc;
 use super::catalogue::{DEVIATION, INFO, VIOLATION, WARNING};
 use super::frames::{check_content, check_frame, malformed, method_text};
 use super::fxhash::FxHashMap;
-use super::pyrepr::{as_int, fixed1, repr, str_value, truthy};
-use super::rules::{deliveries, lifecycle, negotiation, suspects, Call};
+use super::pyrepr::{fixed1, repr, truthy};
+use super::reaction::{
+    admit, answered_request, emit, opt_str, react, release, release_all, retract, who, Ids,
+    HOLD_FRAMES,
+};
+use super::rules::{deliveries, lifecycle, negotiation, suspects, teardown, Call};
 use super::state::{di, Bounds, ChanState, ConnState, Held};
 use super::tables::{MethodInfo, ValidationTables};
 use super::world::World;
 use crate::event::{Base, Connection, Dir, Event, Finding, Frame, ProtocolHeader};
 use crate::ledger::Outcome;
 use crate::limits::Limits;
-use crate::value::{get, Table, Value};
-
-/// Peer frames a finding waits for the peer's close before it is emitted without one.
-pub const HOLD_FRAMES: u32 = 32;
-
-/// Rules judged on one frame alone: what a gap before it cannot make wrong.
-const STATELESS: &[&str] = &[
-    "frame.end",
-    "frame.malformed",
-    "frame.type",
-    "frame.heartbeat-channel",
-    "frame.heartbeat-size",
-    "frame.connection-channel",
-    "frame.channel-zero",
-    "frame.max-size",
-    "frame.undecodable",
-    "method.unknown",
-    "method.direction",
-    "delivery-tag.non-zero",
-    "rabbitmq.not-implemented",
-    "field.reserved",
-    "close.reply-code",
-    "close.method-id",
-    "protocol.header-version",
-    "protocol.header-reply",
-    "heartbeat.silence",
-    "capability.not-announced",
-];
-
-/// Judged on one frame alone (field asserts included).
-fn stateless(rule: &str) -> bool {
-    STATELESS.contains(&rule) || rule.contains(".assert-") || rule.ends_with(".syntax")
-}
-
-/// Judged by the ledger, which saw the gaps itself (a bad ack or confirm it returns only once
-/// proven): a gap declared later withdraws none of them, as it changes none of its figures.
-fn ledger_rule(rule: &str) -> bool {
-    rule.ends_with(".multiple.exists")
-        || rule == "delivery-tag.channel-local"
-        || rule == "basic.qos.prefetch-count.01"
-}
-
-fn who(d: Dir) -> &'static str {
-    match d {
-        Dir::C2S => "client",
-        Dir::S2C => "server",
-    }
-}
+use crate::value::{get, Table};
 
 fn term_text(d: Dir, name: &str) -> String {
     format!("{}:{name}", if d == Dir::C2S { 'C' } else { 'S' })
@@ -103,22 +60,6 @@ fn expected_text(names: &[String]) -> String {
         s.push_str(" …");
     }
     s
-}
-
-/// `str(x)` of an optional value ("None" when absent).
-fn opt_str(v: Option<&Value>) -> String {
-    v.map_or_else(|| "None".to_owned(), str_value)
-}
-
-fn opt_code(c: Option<i64>) -> String {
-    c.map_or_else(|| "None".to_owned(), |c| c.to_string())
-}
-
-fn with_reaction(f: &Finding, reaction: String) -> Finding {
-    Finding {
-        peer_reaction: Some(reaction),
-        ..f.clone()
-    }
 }
 
 /// The state of one capture (or live run): connections in order of first appearance.
@@ -256,9 +197,7 @@ impl State {
         }
         self.world.forget(b.conn);
         // verdicts of the ledger that waited for a frame that never came
-        let mut judged = Vec::new();
-        deliveries::from_ledger(&t.cat, outcomes, &mut judged);
-        let held = judged.into_iter().map(|f| {
+        let held = ledger_findings(t, outcomes).into_iter().map(|(f, ids)| {
             let f = t.rules.with_rabbitmq(f);
             let reacts = f.code.is_some() && f.severity == VIOLATION;
             Held {
@@ -266,6 +205,7 @@ impl State {
                 finding: f,
                 budget: HOLD_FRAMES,
                 reacts,
+                ids,
             }
         });
         let Some(mut cs) = self.remove(b.conn) else {
@@ -279,27 +219,15 @@ impl State {
             if let Some(closing) = cs.closing {
                 // the grammar ends with a close-ok, but the only rule about a missing one is
                 // connection.close-ok "reporting" (SHOULD log it); pika drops TCP after the
-                // server's close and RabbitMQ is fine with that: a deviation
-                let peer = closing.other();
-                found.push(Finding {
-                    base: Base {
-                        packet: cs.close_packet,
-                        ts_ns: b.ts_ns,
-                        conn: b.conn,
-                        dir: Some(peer),
-                        channel: Some(0),
-                    },
-                    rule: "connection.close-ok.missing".into(),
-                    severity: DEVIATION,
-                    message: format!(
-                        "the {} ended the connection (packet {}) without answering this \
-                         connection.close with close-ok",
-                        who(peer),
-                        b.packet
-                    ),
-                    packets: vec![cs.close_packet, b.packet],
-                    ..Finding::default()
-                });
+                // server's close and RabbitMQ is fine with that: a deviation, of the side that
+                // dropped TCP first
+                found.push(teardown::unanswered(
+                    ev,
+                    "connection.close",
+                    0,
+                    closing,
+                    cs.close_packet,
+                ));
             }
         }
         if cs.closing.is_none() && cs.trusted {
@@ -310,26 +238,13 @@ impl State {
             for (n, ch) in chans {
                 let Some(closing) = ch.closing else { continue };
                 if ch.sure && ch.close_packet != 0 {
-                    let peer = closing.other();
-                    found.push(Finding {
-                        base: Base {
-                            packet: ch.close_packet,
-                            ts_ns: b.ts_ns,
-                            conn: b.conn,
-                            dir: Some(peer),
-                            channel: Some(*n),
-                        },
-                        rule: "channel.close-ok.missing".into(),
-                        severity: DEVIATION,
-                        message: format!(
-                            "the {} ended the connection (packet {}, {ended}) without answering \
-                             this channel.close with close-ok",
-                            who(peer),
-                            b.packet
-                        ),
-                        packets: vec![ch.close_packet, b.packet],
-                        ..Finding::default()
-                    });
+                    found.push(teardown::unanswered(
+                        ev,
+                        "channel.close",
+                        *n,
+                        closing,
+                        ch.close_packet,
+                    ));
                 }
             }
             if found.is_empty() && cs.opened && (ended == "fin" || ended == "rst") {
@@ -432,18 +347,23 @@ impl State {
             // the ledger's verdicts (delivery tags, confirms, prefetch): a bad ack or confirm comes
             // with the peer's next frame, which proved it (crate::ledger), and that frame may be
             // the peer's reaction; held like every finding with a code
-            let mut judged = Vec::new();
-            deliveries::from_ledger(&t.cat, outcomes, &mut judged);
-            if !judged.is_empty() {
-                emit(t, cs, judged, None, out);
+            for (f, ids) in ledger_findings(t, outcomes) {
+                admit(t, cs, f, ids, out);
             }
         }
         if fast_content(cs, ev) {
             if !cs.held.is_empty() {
-                react(cs, ev, out);
+                react(t, cs, ev, None, out);
             }
             return;
         }
+        // the request this frame answers, before pairing takes it off: a held finding about it
+        // was accepted, or refused by this close
+        let answers = if cs.held.is_empty() {
+            None
+        } else {
+            answered_request(t, cs, ev)
+        };
         let b = &ev.base;
         let mut new = Vec::new();
         if cs.trusted && !cs.started && cs.run.is_some() && b.dir == Some(Dir::C2S) {
@@ -481,7 +401,7 @@ impl State {
                 t.cat
                     .finding_with(b, rule, VIOLATION, msg, &packets, t.cat.code(rule)),
             );
-            emit(t, cs, new, Some(ev), out);
+            emit(t, cs, new, Some((ev, answers)), out);
             return;
         }
         check_frame(t, cs, ev, &mut new);
@@ -505,7 +425,7 @@ impl State {
             _ => {}
         }
         let cs = self.conn(ev.base.conn);
-        emit(t, cs, new, Some(ev), out);
+        emit(t, cs, new, Some((ev, answers)), out);
     }
 
     fn method(&mut self, t: &ValidationTables, ev: &Frame, out: &mut Vec<Finding>, placed: bool) {
@@ -714,7 +634,7 @@ impl State {
             if complete {
                 negotiation::close_codes(&t.cat, &t.rules, ev, name, args, out);
                 if b.dir == Some(Dir::S2C) {
-                    suspects::refused(&t.rules, cs, n, ev, args, out);
+                    suspects::refused(&t.rules, world, cs, n, ev, args, out);
                 }
             }
         }
@@ -760,6 +680,23 @@ impl State {
             suspects::exclusive(&t.cat, &t.rules, world, c, out);
         }
     }
+}
+
+/// The ledger's verdicts as findings, each with the ids of the method it judged (the close that
+/// answers it names that method).
+fn ledger_findings(t: &ValidationTables, outcomes: &[Outcome]) -> Vec<(Finding, Option<Ids>)> {
+    let mut all = Vec::new();
+    for o in outcomes {
+        let mut judged = Vec::new();
+        deliveries::from_ledger(&t.cat, std::slice::from_ref(o), &mut judged);
+        let ids = o
+            .method
+            .as_deref()
+            .and_then(|m| t.rules.method_ids.get(m))
+            .copied();
+        all.extend(judged.into_iter().map(|f| (f, ids)));
+    }
+    all
 }
 
 /// The fast paths for the commonest frames: a header or a body that fits its
@@ -942,138 +879,5 @@ fn unsure_channel(
             run.step(auto, (ev.base.dir.unwrap_or(Dir::C2S), info.sym), false);
         }
         super::pairing::check(t, info, ch, ev, name, max_pending, &mut Vec::new());
-    }
-}
-
-// --- findings and the peer's reaction -------------------------------------------------------------
-
-/// Findings to emit now: released held ones, then this frame's. A violation with a reply code
-/// waits up to HOLD_FRAMES of the peer's frames for the peer's close; a finding about the
-/// connection's state waits for the peer's next frame (a gap declared then withdraws it).
-fn emit(
-    t: &ValidationTables,
-    cs: &mut ConnState,
-    new: Vec<Finding>,
-    ev: Option<&Frame>,
-    out: &mut Vec<Finding>,
-) {
-    if new.is_empty() && cs.held.is_empty() {
-        return;
-    }
-    if let Some(ev) = ev {
-        if !cs.held.is_empty() {
-            react(cs, ev, out);
-        }
-    }
-    for f in new {
-        // RabbitMQ's answer is known before the peer's reaction is judged against it
-        let f = t.rules.with_rabbitmq(f);
-        if f.severity == VIOLATION {
-            if cs.flagged.len() > cs.bounds.flagged {
-                cs.flagged.clear();
-            }
-            cs.flagged.insert(f.base.packet);
-        }
-        if f.peer_reaction.is_none() {
-            if let Some(d) = f.base.dir {
-                let reacts = f.code.is_some() && f.severity == VIOLATION;
-                if reacts || !stateless(&f.rule) {
-                    if cs.held.len() >= cs.bounds.held {
-                        if let Some(oldest) = cs.held.pop_front() {
-                            out.push(release(oldest, "too many findings waited"));
-                        }
-                    }
-                    let budget = if reacts { HOLD_FRAMES } else { 1 };
-                    cs.held.push_back(Held {
-                        finding: f,
-                        peer: d.other(),
-                        budget,
-                        reacts,
-                    });
-                    continue;
-                }
-            }
-        }
-        out.push(f);
-    }
-}
-
-fn react(cs: &mut ConnState, ev: &Frame, out: &mut Vec<Finding>) {
-    let name = ev.method.as_deref();
-    let held = std::mem::take(&mut cs.held);
-    for mut h in held {
-        if ev.base.dir != Some(h.peer) {
-            cs.held.push_back(h);
-            continue;
-        }
-        let f = &h.finding;
-        let closes = name == Some("connection.close")
-            || (name == Some("channel.close") && ev.base.channel == f.base.channel);
-        if h.reacts && closes {
-            let code = ev.args.as_ref().and_then(|a| get(a, "reply_code"));
-            let sent = code.and_then(as_int);
-            let same = match (sent, f.code) {
-                (Some(c), Some(want)) => c == i128::from(want),
-                _ => code.is_none() && f.code.is_none(),
-            };
-            let rabbitmq = sent.is_some() && sent == f.rabbitmq_code.map(i128::from);
-            let verdict = if same {
-                "matches".to_owned()
-            } else if rabbitmq {
-                // RabbitMQ's own answer, not the spec's (rules_tables.RABBITMQ_CODES)
-                format!(
-                    "matches RabbitMQ's answer (the spec says {})",
-                    opt_code(f.code)
-                )
-            } else {
-                format!("expected {}", opt_code(f.code))
-            };
-            let reaction = format!(
-                "{} sent {} {} at packet {}: {verdict}",
-                who(h.peer),
-                name.unwrap_or("None"),
-                opt_str(code),
-                ev.base.packet
-            );
-            out.push(with_reaction(f, reaction));
-            continue;
-        }
-        h.budget = h.budget.saturating_sub(1);
-        if h.budget > 0 {
-            cs.held.push_back(h);
-        } else if h.reacts {
-            let reaction = format!(
-                "no close from the {} within {HOLD_FRAMES} of its frames",
-                who(h.peer)
-            );
-            out.push(with_reaction(&h.finding, reaction));
-        } else {
-            out.push(h.finding);
-        }
-    }
-}
-
-/// A gap in direction `d`: the missing bytes were sent after that direction's last frame, so
-/// held findings about the connection's state since then may stem from what was lost.
-fn retract(cs: &mut ConnState, d: Dir) {
-    let since = cs.last_data[di(d)];
-    cs.held.retain(|h| {
-        h.finding.base.packet <= since || stateless(&h.finding.rule) || ledger_rule(&h.finding.rule)
-    });
-}
-
-fn release_all(cs: &mut ConnState, why: &str, out: &mut Vec<Finding>) {
-    for h in std::mem::take(&mut cs.held) {
-        out.push(release(h, why));
-    }
-}
-
-/// A held finding given up on: with "no close … before {why}" when a close was expected.
-fn release(h: Held, why: &str) -> Finding {
-    if h.reacts {
-        let reaction = format!("no close from the {} before {why}", who(h.peer));
-        with_reaction(&h.finding, reaction)
-    } else {
-        h.finding
     }
 }

@@ -16,6 +16,7 @@ pub(crate) use crate::fxhash;
 pub mod grammar;
 pub mod pairing;
 pub(crate) use crate::pyrepr;
+pub mod reaction;
 pub mod rules;
 pub mod state;
 pub mod tables;

@@ -19,6 +19,7 @@ pub mod deliveries;
 pub mod lifecycle;
 pub mod negotiation;
 pub mod suspects;
+pub mod teardown;
 
 use std::borrow::Cow;
 

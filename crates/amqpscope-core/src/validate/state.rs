@@ -106,6 +106,9 @@ pub struct Held {
     pub budget: u32,
     /// A conforming peer answers it with a close and a code: say whether it did.
     pub reacts: bool,
+    /// (class id, method id) of the frame it is about, when known: the close that answers it
+    /// names that method.
+    pub ids: Option<(i64, i64)>,
 }
 
 /// The validator's bounds, from `Limits` (`validate_pending`, `validate_held`, `validate_flagged`),

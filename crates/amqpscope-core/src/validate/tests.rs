@@ -27,6 +27,10 @@ fn rules() -> serde_json::Value {
 /// A spec of one class "a": a.open (client), a.req → a.req-ok, on a channel grammar
 /// "a.open *(a.req a.req-ok)"; the connection grammar accepts only the protocol header.
 fn tables() -> ValidationTables {
+    ValidationTables::from_json(&tables_doc().to_string()).expect("tables")
+}
+
+fn tables_doc() -> serde_json::Value {
     let method = |senders: &[&str], replies: Option<&[&str]>| {
         json!({"content": false, "fields": true, "senders": senders, "reserved": [["reserved_1", "reserved-1"]],
                "nowait": "nowait", "replies": replies, "optional_from": [],
@@ -55,7 +59,7 @@ fn tables() -> ValidationTables {
         "close_state": {},
         "rules": rules(),
     });
-    ValidationTables::from_json(&doc.to_string()).expect("tables")
+    doc
 }
 
 fn base(packet: u64, dir: Dir, channel: u16) -> Base {
@@ -444,4 +448,185 @@ fn a_connection_close_carries_no_ledger_findings() {
     }));
     let events = [deliver(1, 1), close];
     assert_eq!(ledger_findings(&events), vec![]);
+}
+
+// --- the peer's reaction: causality, not proximity ------------------------------------------------
+
+mod reactions {
+    use super::super::reaction::{admit, answered_request, react};
+    use super::super::state::{Bounds, ConnState, Pending};
+    use super::*;
+    use crate::event::Finding;
+
+    /// The test tables, knowing the ids of the methods the closes below name.
+    fn tables() -> ValidationTables {
+        let mut doc = tables_doc();
+        doc["rules"]["method_ids"] = json!({"channel.open": [20, 10], "queue.bind": [50, 20],
+                                            "basic.ack": [60, 80]});
+        ValidationTables::from_json(&doc.to_string()).expect("tables")
+    }
+
+    fn violation(packet: u64, channel: u16, rule: &str, code: i64) -> Finding {
+        Finding {
+            base: base(packet, Dir::C2S, channel),
+            rule: rule.into(),
+            severity: super::super::catalogue::VIOLATION,
+            code: Some(code),
+            message: "m".into(),
+            packets: vec![packet],
+            ..Finding::default()
+        }
+    }
+
+    fn pending(cs: &mut ConnState, channel: u16, method: &str, reply: &str, packet: u64) {
+        cs.chan(channel).pending_mut(Dir::C2S).push_back(Pending {
+            method: method.into(),
+            replies: vec![reply.into()].into(),
+            packet,
+            optional: false,
+            args: None,
+        });
+    }
+
+    fn close(packet: u64, channel: u16, name: &str, code: u64, ids: (u64, u64)) -> Frame {
+        let a = args(&[
+            ("reply_code", uint(code)),
+            ("reply_text", Value::Str("text".into())),
+            ("class_id", uint(ids.0)),
+            ("method_id", uint(ids.1)),
+        ]);
+        match method(packet, Dir::S2C, channel, name, a) {
+            Event::Frame(f) => *f,
+            _ => unreachable!(),
+        }
+    }
+
+    /// The reaction `frames` (server frames, fed in order) give the violation held on `cs`.
+    fn reaction(t: &ValidationTables, mut cs: ConnState, frames: &[Frame]) -> Option<String> {
+        let mut out = Vec::new();
+        for ev in frames {
+            let answers = answered_request(t, &cs, ev);
+            react(t, &mut cs, ev, answers, &mut out);
+        }
+        assert!(out.len() <= 1, "{out:?}");
+        out.pop().and_then(|f| f.peer_reaction)
+    }
+
+    /// aiormq conns 103/104: channel.open on channel 65535, above channel-max 2047, answered with
+    /// channel.open-ok; a queue.bind to a missing exchange later gets channel.close 404.
+    #[test]
+    fn a_channel_above_channel_max_accepted_by_the_broker_is_accepted() {
+        let t = tables();
+        let mut cs = ConnState::new(true, true, Bounds::default());
+        pending(&mut cs, 65535, "channel.open", "channel.open-ok", 8337);
+        let mut out = Vec::new();
+        let f = violation(8337, 65535, "frame.channel-max", 504);
+        admit(&t, &mut cs, f, Some((20, 10)), &mut out);
+        assert!(out.is_empty(), "held for the server's reaction");
+        let open_ok = match method(8338, Dir::S2C, 65535, "channel.open-ok", Table::new()) {
+            Event::Frame(f) => *f,
+            _ => unreachable!(),
+        };
+        let unrelated = close(8342, 65535, "channel.close", 404, (50, 20));
+        assert_eq!(
+            reaction(&t, cs, &[open_ok, unrelated]).as_deref(),
+            Some("no close from the server: accepted (channel.open-ok at packet 8338)")
+        );
+    }
+
+    #[test]
+    fn a_close_on_another_request_answers_nothing() {
+        let t = tables();
+        // a bad basic.ack at 10 (406), then the client's queue.bind at 11 refused with 404
+        let held = |ids| {
+            let mut cs = ConnState::new(true, true, Bounds::default());
+            let mut out = Vec::new();
+            admit(
+                &t,
+                &mut cs,
+                violation(10, 1, "basic.ack.multiple.exists", 406),
+                ids,
+                &mut out,
+            );
+            pending(&mut cs, 1, "queue.bind", "queue.bind-ok", 11);
+            cs
+        };
+        let bind_404 = close(12, 1, "channel.close", 404, (50, 20));
+        assert_eq!(
+            reaction(&t, held(Some((60, 80))), &[bind_404]).as_deref(),
+            Some(
+                "no close from the server answers it (its channel.close 404 at packet 12 answers \
+                 something else)"
+            )
+        );
+        // the close that names the ack with its code answers it
+        let ack_406 = close(12, 1, "channel.close", 406, (60, 80));
+        assert_eq!(
+            reaction(&t, held(Some((60, 80))), &[ack_406]).as_deref(),
+            Some("server sent channel.close 406 at packet 12: matches")
+        );
+        // a close on another channel is no reaction: the wait goes on to the end
+        let elsewhere = close(12, 2, "channel.close", 406, (60, 80));
+        assert_eq!(reaction(&t, held(Some((60, 80))), &[elsewhere]), None);
+        // a connection error naming nothing with an unrelated code answers nothing either
+        let internal = close(13, 0, "connection.close", 541, (0, 0));
+        assert!(reaction(&t, held(Some((60, 80))), &[internal])
+            .is_some_and(|r| r.starts_with("no close from the server answers it")));
+    }
+
+    #[test]
+    fn a_close_refusing_the_request_itself_answers_it_with_another_code() {
+        let t = tables();
+        let mut cs = ConnState::new(true, true, Bounds::default());
+        pending(&mut cs, 1, "queue.bind", "queue.bind-ok", 11);
+        let mut out = Vec::new();
+        admit(
+            &t,
+            &mut cs,
+            violation(11, 1, "queue.bind.rule", 404),
+            Some((50, 20)),
+            &mut out,
+        );
+        let refused = close(12, 1, "channel.close", 530, (50, 20));
+        assert_eq!(
+            reaction(&t, cs, &[refused]).as_deref(),
+            Some("server sent channel.close 530 at packet 12: expected 404")
+        );
+        // a wire error answered with another wire error (RabbitMQ's 505 for the spec's 501)
+        let mut cs = ConnState::new(true, true, Bounds::default());
+        admit(
+            &t,
+            &mut cs,
+            violation(20, 1, "frame.heartbeat-channel", 501),
+            None,
+            &mut out,
+        );
+        let unexpected = close(21, 0, "connection.close", 505, (0, 0));
+        assert_eq!(
+            reaction(&t, cs, &[unexpected]).as_deref(),
+            Some("server sent connection.close 505 at packet 21: expected 501")
+        );
+        // RabbitMQ refuses a channel.open past channel_max naming no method: its text does
+        let mut cs = ConnState::new(true, true, Bounds::default());
+        pending(&mut cs, 9, "channel.open", "channel.open-ok", 30);
+        admit(
+            &t,
+            &mut cs,
+            violation(30, 9, "frame.channel-max", 504),
+            Some((20, 10)),
+            &mut out,
+        );
+        let mut refusal = close(31, 0, "connection.close", 530, (0, 0));
+        if let Some(a) = refusal.args.as_mut() {
+            a[1].1 = Value::Str(
+                "NOT_ALLOWED - number of channels opened (8) has reached the \
+                                 negotiated channel_max (8)"
+                    .into(),
+            );
+        }
+        assert_eq!(
+            reaction(&t, cs, &[refusal]).as_deref(),
+            Some("server sent connection.close 530 at packet 31: expected 504")
+        );
+    }
 }

@@ -12,10 +12,10 @@ pub struct World {
     pub exchanges: HashSet<String>,
     /// Exchange -> type, when known (the standard amq.* ones from the start).
     pub types: HashMap<String, String>,
-    /// Exclusive queue name -> owning connection.
-    pub exclusive: HashMap<String, i64>,
-    /// (conn, channel) -> exclusive flag of each queue.declare awaiting its declare-ok.
-    pub declares: HashMap<(i64, u16), VecDeque<bool>>,
+    /// Exclusive queue name -> owning connection and the packet of its declaration.
+    pub exclusive: HashMap<String, (i64, u64)>,
+    /// (conn, channel) -> exclusive flag and packet of each queue.declare awaiting its declare-ok.
+    pub declares: HashMap<(i64, u16), VecDeque<(bool, u64)>>,
 }
 
 impl World {
@@ -29,7 +29,7 @@ impl World {
 
     /// A connection ended: its exclusive queues are gone with it.
     pub fn forget(&mut self, conn: i64) {
-        self.exclusive.retain(|_, owner| *owner != conn);
+        self.exclusive.retain(|_, owner| owner.0 != conn);
         self.declares.retain(|k, _| k.0 != conn);
     }
 }

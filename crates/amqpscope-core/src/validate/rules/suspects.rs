@@ -252,6 +252,7 @@ fn opt(v: Option<i64>) -> String {
 /// it (a queue.bind of a queue that does not exist, answered with 404).
 pub fn refused(
     t: &RulesTables,
+    world: &World,
     cs: &ConnState,
     chan: u16,
     ev: &Frame,
@@ -308,6 +309,10 @@ pub fn refused(
         }
         None => String::new(),
     };
+    let message = match own_exclusive(world, ev.base.conn, &rule.rule, &head.method, hargs) {
+        Some(text) => format!("{}{what} refused with {code}: {text}", head.method),
+        None => format!("{}{what} refused with {code}: {}", head.method, rule.text),
+    };
     out.push(Finding {
         base: Base {
             packet: head.packet,
@@ -320,13 +325,46 @@ pub fn refused(
         severity: VIOLATION,
         code: Some(code),
         rabbitmq_code: None,
-        message: format!("{}{what} refused with {code}: {}", head.method, rule.text),
+        message,
         packets: vec![head.packet, ev.base.packet],
         peer_reaction: Some(format!(
             "server sent channel.close {code} at packet {}: matches",
             ev.base.packet
         )),
     });
+}
+
+/// The spec's text of queue.declare exclusive "exclusive" is about another connection's queue. A
+/// queue.declare of a queue this same connection holds exclusive, with `exclusive` now clear,
+/// is refused all the same (RabbitMQ: 405 "cannot obtain exclusive access to locked queue"), and
+/// is an inequivalent redeclaration: the text that says so, or None when another connection (or
+/// nobody the capture saw) holds it.
+fn own_exclusive(
+    world: &World,
+    conn: i64,
+    rule: &str,
+    method: &str,
+    args: &Table,
+) -> Option<String> {
+    if rule != "queue.declare.exclusive.exclusive" || method != "queue.declare" {
+        return None;
+    }
+    let queue = or_empty(get(args, "queue"));
+    let &(owner, packet) = world.exclusive.get(&queue)?;
+    if owner != conn {
+        return None;
+    }
+    let flag = if truthy(get(args, "exclusive")) {
+        "set"
+    } else {
+        "clear"
+    };
+    Some(format!(
+        "this same connection declared queue {} exclusive (packet {packet}) and redeclares it \
+         with exclusive {flag}: an inequivalent redeclaration of its own queue, not another \
+         connection's",
+        repr_str(&queue)
+    ))
 }
 
 /// queue.declare exclusive: no other connection may use the queue while its owner is open (the
@@ -343,13 +381,9 @@ pub fn exclusive(
     let key = (conn, ev.base.channel.unwrap_or(0));
     if ev.base.dir == Some(Dir::S2C) {
         if name == "queue.declare-ok" {
-            let flag = world
-                .declares
-                .get_mut(&key)
-                .and_then(VecDeque::pop_front)
-                .unwrap_or(false);
-            if flag {
-                world.exclusive.insert(c.text("queue"), conn);
+            let declared = world.declares.get_mut(&key).and_then(VecDeque::pop_front);
+            if let Some((true, packet)) = declared {
+                world.exclusive.insert(c.text("queue"), (conn, packet));
             }
         }
         return;
@@ -358,7 +392,7 @@ pub fn exclusive(
         return;
     }
     let queue = c.text("queue");
-    let owner = world.exclusive.get(&queue).copied();
+    let owner = world.exclusive.get(&queue).map(|o| o.0);
     match owner {
         Some(owner) if owner != conn => {
             out.push(cat.finding(
@@ -374,19 +408,61 @@ pub fn exclusive(
         _ if name == "queue.declare" => {
             if c.nowait {
                 if c.flag("exclusive") && !queue.is_empty() {
-                    world.exclusive.insert(queue, conn);
+                    world.exclusive.insert(queue, (conn, ev.base.packet));
                 }
             } else {
                 world
                     .declares
                     .entry(key)
                     .or_default()
-                    .push_back(c.flag("exclusive"));
+                    .push_back((c.flag("exclusive"), ev.base.packet));
             }
         }
         Some(owner) if name == "queue.delete" && owner == conn => {
             world.exclusive.remove(&queue);
         }
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::value::Value;
+
+    fn declare(queue: &str, exclusive: bool) -> Table {
+        vec![
+            ("queue".into(), Value::Str(queue.into())),
+            ("exclusive".into(), Value::Bool(exclusive)),
+        ]
+    }
+
+    /// aiormq conns 67/68, pika conns 234-238: a connection redeclares its own exclusive queue
+    /// without `exclusive`; RabbitMQ refuses it with 405 all the same.
+    #[test]
+    fn a_redeclaration_of_its_own_exclusive_queue_is_not_another_connections() {
+        let mut world = World::default();
+        world.exclusive.insert("q".into(), (67, 3213));
+        let rule = "queue.declare.exclusive.exclusive";
+        let own = own_exclusive(&world, 67, rule, "queue.declare", &declare("q", false));
+        assert_eq!(
+            own.as_deref(),
+            Some(
+                "this same connection declared queue 'q' exclusive (packet 3213) and redeclares \
+                 it with exclusive clear: an inequivalent redeclaration of its own queue, not \
+                 another connection's"
+            )
+        );
+        // another connection's queue, or one the capture never saw declared: the spec's text
+        assert_eq!(
+            own_exclusive(&world, 68, rule, "queue.declare", &declare("q", false)),
+            None
+        );
+        assert_eq!(
+            own_exclusive(&world, 67, rule, "queue.declare", &declare("r", false)),
+            None
+        );
+        world.forget(67);
+        assert!(world.exclusive.is_empty());
     }
 }
