@@ -10,8 +10,6 @@ decoded at that packet, or the TCP FIN/RST read from the capture's own bytes.
 
 from __future__ import annotations
 
-import contextlib
-import socket
 import struct
 import time
 from collections.abc import Callable, Iterator
@@ -21,79 +19,19 @@ from typing import Any
 
 import pika
 import pytest
+from rawclient import RawClient
 
 from amqpscope.capture import read_packets
 from amqpscope.diagnose import Diagnoser, Diagnosis, Quirk
-from amqpscope.dissect.codec import Codec, get_codec
+from amqpscope.dissect.codec import get_codec
 from amqpscope.events import C2S, S2C, Connection, Event, Frame, ProtocolHeader
 from amqpscope.pipeline import Options, decode_packets
 from amqpscope.testing.broker import PrivateBroker
-from amqpscope.testing.frames import RawFrame, decode_frame
 from amqpscope.testing.sniffer import LoopbackRecorder, tcpdump_available
 
 pytestmark = pytest.mark.broker
 
 FIN, RST = 0x01, 0x04
-
-
-class Raw:
-    """A client that sends exactly what it is told, one handshake step at a time."""
-
-    def __init__(self, port: int, codec: Codec, name: str) -> None:
-        self.codec, self.name = codec, name
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
-        self.port = self.sock.getsockname()[1]
-        self.buf = b""
-
-    def method(self, channel: int, name: str, **args: Any) -> None:
-        self.sock.sendall(self.codec.method_frame(channel, name, **args))
-
-    def expect(self, name: str) -> dict[str, Any]:
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            frame = decode_frame(self.buf)
-            if isinstance(frame, RawFrame):
-                self.buf = self.buf[frame.end :]
-                if frame.type == 1 and (m := self.codec.decode_method(frame.payload)).name == name:
-                    return m.args
-                continue
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                break
-            self.buf += chunk
-        raise AssertionError(f"the broker sent no {name}")
-
-    def until_closed(self, timeout: float = 4.0) -> None:
-        """Read until the broker ends the connection."""
-        self.sock.settimeout(timeout)
-        with contextlib.suppress(OSError):
-            while self.sock.recv(65536):
-                pass
-
-    def start(self, password: str = "guest", capabilities: bool = True) -> None:
-        self.sock.sendall(b"AMQP\x00\x00\x09\x01")
-        self.expect("connection.start")
-        props: dict[str, Any] = {"product": self.name, "connection_name": self.name}
-        if capabilities:
-            props["capabilities"] = {"authentication_failure_close": True}
-        self.method(0, "connection.start-ok", client_properties=props, mechanism="PLAIN",
-                    response=f"\x00guest\x00{password}", locale="en_US")  # fmt: skip
-
-    def tune(self, channel_max: int | None = None) -> None:
-        tune = self.expect("connection.tune")
-        self.method(0, "connection.tune-ok", channel_max=channel_max or tune["channel_max"],
-                    frame_max=tune["frame_max"], heartbeat=0)  # fmt: skip
-
-    def handshake(self, channel_max: int | None = None, vhost: str = "/") -> None:
-        self.start()
-        self.tune(channel_max)
-        self.method(0, "connection.open", virtual_host=vhost)
-        self.expect("connection.open-ok")
-
-    def close(self) -> None:
-        self.method(0, "connection.close", reply_code=200, reply_text="bye", class_id=0, method_id=0)
-        self.expect("connection.close-ok")
-        self.sock.close()
 
 
 def _params(b: PrivateBroker, name: str) -> pika.ConnectionParameters:
@@ -108,8 +46,8 @@ class Run:
     ports: dict[str, list[int]] = field(default_factory=dict)
     names: dict[str, list[str]] = field(default_factory=dict)
 
-    def raw(self, scenario: str, b: PrivateBroker, name: str | None = None) -> Raw:
-        r = Raw(b.port, get_codec(), name or f"raw-{scenario}")
+    def raw(self, scenario: str, b: PrivateBroker, name: str | None = None) -> RawClient:
+        r = RawClient(b.port, get_codec(), name or f"raw-{scenario}")
         self.ports.setdefault(scenario, []).append(r.port)
         return r
 

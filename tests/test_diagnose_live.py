@@ -20,14 +20,14 @@ from typing import Any
 import pika
 import pytest
 from pika.exceptions import AMQPError
+from rawclient import RawClient
 
 from amqpscope.capture import read_packets
 from amqpscope.diagnose import Diagnoser, Diagnosis, Thresholds
-from amqpscope.dissect.codec import Codec, get_codec
+from amqpscope.dissect.codec import get_codec
 from amqpscope.events import Event, Frame
 from amqpscope.pipeline import Options, decode_packets
 from amqpscope.testing.broker import PrivateBroker
-from amqpscope.testing.frames import RawFrame, decode_frame
 from amqpscope.testing.sniffer import LoopbackRecorder, tcpdump_available
 
 pytestmark = pytest.mark.broker
@@ -37,44 +37,6 @@ def _params(broker: PrivateBroker, name: str, **kw: Any) -> pika.ConnectionParam
     kw.setdefault("credentials", pika.PlainCredentials("guest", "guest"))
     return pika.ConnectionParameters("127.0.0.1", broker.port, client_properties={"connection_name": name},
                                      connection_attempts=1, **kw)  # fmt: skip
-
-
-class RawClient:
-    """Exactly the frames it is told to send (pika and kombu refuse to exceed channel_max)."""
-
-    def __init__(self, port: int, codec: Codec) -> None:
-        self.codec = codec
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
-        self.buf = b""
-
-    def method(self, channel: int, name: str, **args: Any) -> None:
-        self.sock.sendall(self.codec.method_frame(channel, name, **args))
-
-    def expect(self, name: str) -> dict[str, Any]:
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            frame = decode_frame(self.buf)
-            if isinstance(frame, RawFrame):
-                self.buf = self.buf[frame.end :]
-                if frame.type == 1 and (m := self.codec.decode_method(frame.payload)).name == name:
-                    return m.args
-                continue
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                break
-            self.buf += chunk
-        raise AssertionError(f"the broker sent no {name}")
-
-    def handshake(self, channel_max: int | None = None) -> None:
-        self.sock.sendall(b"AMQP\x00\x00\x09\x01")
-        self.expect("connection.start")
-        self.method(0, "connection.start-ok", client_properties={"product": "raw", "connection_name": "raw"},
-                    mechanism="PLAIN", response="\x00guest\x00guest", locale="en_US")  # fmt: skip
-        tune = self.expect("connection.tune")
-        self.method(0, "connection.tune-ok", channel_max=channel_max or tune["channel_max"],
-                    frame_max=tune["frame_max"], heartbeat=0)  # fmt: skip
-        self.method(0, "connection.open", virtual_host="/")
-        self.expect("connection.open-ok")
 
 
 # --- the scenarios: each runs against the broker while its own pcap is recorded ---------------------

@@ -6,71 +6,22 @@ is not (a heartbeat on a channel, a body overrunning its body-size: RabbitMQ 505
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from rawclient import RawClient
 
 from amqpscope.capture import read_packets
-from amqpscope.dissect.codec import Codec, get_codec
-from amqpscope.dissect.wire import FRAME_BODY, FRAME_HEADER, FRAME_HEARTBEAT, encode_frame, encode_protocol_header
+from amqpscope.dissect.codec import get_codec
+from amqpscope.dissect.wire import FRAME_BODY, FRAME_HEADER, FRAME_HEARTBEAT, encode_frame
 from amqpscope.events import Finding
 from amqpscope.pipeline import Options, decode_packets
 from amqpscope.testing.broker import PrivateBroker
-from amqpscope.testing.frames import RawFrame, decode_frame
 
 pytestmark = pytest.mark.broker
-
-
-class RawClient:
-    """A client that sends exactly the frames it is told to, and reads the broker's methods."""
-
-    def __init__(self, port: int, codec: Codec) -> None:
-        self.codec = codec
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
-        self.buf = b""
-
-    def send(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def method(self, channel: int, name: str, **args: Any) -> None:
-        self.send(self.codec.method_frame(channel, name, **args))
-
-    def expect(self, name: str) -> dict[str, Any]:
-        """Read until the broker sends method ``name`` (or closes); its arguments."""
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            frame = decode_frame(self.buf)
-            if isinstance(frame, RawFrame):
-                self.buf = self.buf[frame.end :]
-                if frame.type == 1:
-                    decoded = self.codec.decode_method(frame.payload)
-                    if decoded.name == name:
-                        return decoded.args
-                continue
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                break
-            self.buf += chunk
-        raise AssertionError(f"the broker sent no {name}")
-
-    def handshake(self) -> None:
-        self.send(encode_protocol_header())
-        self.expect("connection.start")
-        self.method(0, "connection.start-ok", client_properties={"product": "raw"}, mechanism="PLAIN",
-                    response="\x00guest\x00guest", locale="en_US")  # fmt: skip
-        tune = self.expect("connection.tune")
-        self.method(0, "connection.tune-ok", channel_max=tune["channel_max"], frame_max=tune["frame_max"], heartbeat=0)
-        self.method(0, "connection.open", virtual_host="/")
-        self.expect("connection.open-ok")
-        self.method(1, "channel.open")
-        self.expect("channel.open-ok")
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def _ack_unknown(c: RawClient) -> None:
@@ -143,9 +94,11 @@ def test_violations_against_rabbitmq(rabbitmq: PrivateBroker, loopback_recorder:
             c = RawClient(rabbitmq.port, codec)
             try:
                 c.handshake()
+                c.method(1, "channel.open")
+                c.expect("channel.open-ok")
                 scenario(c)
             finally:
-                c.close()
+                c.drop()
             time.sleep(0.05)
     options = Options(ports=frozenset({rabbitmq.port}), validate=True)
     events = list(decode_packets(read_packets(path), codec, options))
