@@ -11,8 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rich.markup import escape
-
 from ..events import Connection, Event, Finding
 from ..validate.findings import BLIND_RULES, not_seen
 
@@ -136,6 +134,9 @@ class BlindSpots:
 
 def lines(records: list[dict[str, Any]]) -> list[str]:
     """Rich markup for the "not seen" section: a heading, then per rule its count and findings."""
+    # rich only here: the diagnoser itself runs on Spark executors, whose packed environment has no rich
+    from rich.markup import escape
+
     if not records:
         return []
     out = ["[bold magenta]not seen[/] (the capture does not show everything: what follows covers only what it shows)"]
